@@ -1,0 +1,5 @@
+"""Allows `python -m trainops`."""
+
+from trainops.cli import main
+
+main()

@@ -1,0 +1,78 @@
+"""A content-addressed cache on disk for renders and validation results.
+
+Keys are hashes of everything that decides the result (input file contents,
+tool versions, options), so a stale entry can never be returned: changing an
+input changes the key. Entries are written atomically and never updated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+from trainops import __version__
+from trainops.fsutil import write_atomic
+
+
+def default_cache_dir() -> Path:
+    if env := os.environ.get("TRAINOPS_CACHE_DIR"):
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "trainops"
+
+
+class Cache:
+    """Get/put bytes by (namespace, key); a Cache(None) stores nothing."""
+
+    def __init__(self, root: Path | None):
+        self.root = root
+
+    def _path(self, namespace: str, key: str) -> Path:
+        assert self.root is not None
+        return self.root / __version__ / namespace / key[:2] / key
+
+    def get(self, namespace: str, key: str) -> bytes | None:
+        if self.root is None:
+            return None
+        try:
+            return self._path(namespace, key).read_bytes()
+        except OSError:
+            return None
+
+    def put(self, namespace: str, key: str, data: bytes) -> None:
+        if self.root is None:
+            return
+        try:
+            write_atomic(self._path(namespace, key), data)
+        except OSError:
+            return  # a cache that cannot be written only costs speed
+
+
+class FileHasher:
+    """sha256 of file contents, each file read once per process."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, int, int], str] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, path: Path) -> str:
+        stat = path.stat()
+        memo_key = (str(path), stat.st_size, stat.st_mtime_ns)
+        with self._lock:
+            known = self._known.get(memo_key)
+        if known is not None:
+            return known
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        with self._lock:
+            self._known[memo_key] = digest
+        return digest
+
+
+def digest(*parts: str) -> str:
+    hasher = hashlib.sha256()
+    for part in parts:
+        hasher.update(part.encode())
+        hasher.update(b"\0")
+    return hasher.hexdigest()

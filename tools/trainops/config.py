@@ -1,0 +1,66 @@
+"""Project defaults from `[tool.trainops]` in the nearest pyproject.toml.
+
+Precedence for every setting: command-line flag, then environment variable,
+then the project table, then the built-in default.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainops.errors import InputError
+from trainops.schema.registry import DEFAULT_KUBERNETES_VERSION
+
+# A source checkout keeps the imported CRD schemas next to the package.
+_CHECKOUT_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    root: Path | None
+    remote_mirror: Path | None
+    schema_dir: Path | None
+    kubernetes_version: str
+
+
+def find_project_root(start: Path | None = None) -> Path | None:
+    """The nearest directory upwards holding a pyproject.toml with [tool.trainops]."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file() and "[tool.trainops]" in candidate.read_text(errors="replace"):
+            return directory
+    return None
+
+
+def load_project_config(start: Path | None = None) -> ProjectConfig:
+    root = find_project_root(start)
+    table: dict[str, object] = {}
+    if root is not None:
+        path = root / "pyproject.toml"
+        try:
+            table = tomllib.loads(path.read_text()).get("tool", {}).get("trainops", {})
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(f"invalid TOML: {exc}", str(path)) from None
+
+    def path_setting(key: str, env: str) -> Path | None:
+        if value := os.environ.get(env):
+            return Path(value)
+        value = table.get(key)
+        return (root / str(value)) if (value and root is not None) else None
+
+    schema_dir = path_setting("schema-dir", "TRAINOPS_SCHEMA_DIR")
+    if schema_dir is None and _CHECKOUT_SCHEMAS.is_dir():
+        schema_dir = _CHECKOUT_SCHEMAS
+    version = os.environ.get("TRAINOPS_KUBERNETES_VERSION") or str(
+        table.get("kubernetes-version") or DEFAULT_KUBERNETES_VERSION
+    )
+    return ProjectConfig(
+        root=root,
+        remote_mirror=path_setting("remote-mirror", "TRAINOPS_REMOTE_MIRROR"),
+        schema_dir=schema_dir,
+        kubernetes_version=version,
+    )

@@ -1,0 +1,134 @@
+"""Plain data passed between the render, check and report steps.
+
+A `Document` is one Kubernetes object together with where it came from; a
+`Finding` is one problem found in it, whether by the schema check or a policy
+rule. Reporters only ever see these two types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+SEVERITIES = (ERROR, WARNING, INFO)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One thing to render: a kustomization directory, a plain YAML file or stdin."""
+
+    kind: str  # "kustomization" | "file" | "stdin"
+    path: str  # as shown to the user (relative to the working directory when possible)
+
+
+@dataclass
+class Document:
+    """One object of a render, with its origin.
+
+    `source` is the target it came from (an overlay directory or a YAML file).
+    For plain YAML input `file` and `line` say where the document starts and
+    `text` keeps its YAML so findings can point at the offending line.
+    """
+
+    obj: dict[str, Any]
+    source: str
+    file: str | None = None
+    line: int | None = None
+    text: str | None = field(default=None, repr=False)
+
+    @property
+    def api_version(self) -> str:
+        value = self.obj.get("apiVersion")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def kind(self) -> str:
+        value = self.obj.get("kind")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        meta = self.obj.get("metadata")
+        return meta if isinstance(meta, dict) else {}
+
+    @property
+    def name(self) -> str:
+        name = self.metadata.get("name") or self.metadata.get("generateName") or ""
+        return str(name)
+
+    @property
+    def namespace(self) -> str:
+        namespace = self.metadata.get("namespace")
+        return namespace if isinstance(namespace, str) else ""
+
+    @property
+    def resource_id(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+    @property
+    def location(self) -> str:
+        """`file:line` for plain YAML input, otherwise the overlay."""
+        if self.file and self.line:
+            return f"{self.file}:{self.line}"
+        return self.source
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem, in the shape every reporter understands."""
+
+    rule: str
+    severity: str
+    source: str
+    resource: str
+    path: str
+    message: str
+    fix: str = ""
+    file: str | None = None
+    line: int | None = None
+
+    @property
+    def location(self) -> str:
+        if self.file and self.line:
+            return f"{self.file}:{self.line}"
+        return self.source
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "source": self.location,
+            "resource": self.resource,
+            "path": self.path,
+            "message": self.message,
+            "fix": self.fix,
+        }
+
+    def to_cache(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "source": self.source,
+            "resource": self.resource,
+            "path": self.path,
+            "message": self.message,
+            "fix": self.fix,
+            "file": self.file,
+            "line": self.line,
+        }
+
+    @classmethod
+    def from_cache(cls, data: dict[str, Any]) -> Finding:
+        return cls(**data)
+
+
+def json_path(parts: list[str | int] | tuple[str | int, ...]) -> str:
+    """Render a path as `spec.containers[0].env` (empty string for the root)."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out

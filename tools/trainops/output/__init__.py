@@ -1,0 +1,23 @@
+"""Reporters: turn a validation Report into text, JSON, JUnit XML or SARIF."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from trainops.pipeline import Report
+
+FORMATS = ("text", "json", "junit", "sarif")
+
+
+def reporter(name: str) -> Callable[[Report], str]:
+    if name == "text":
+        from trainops.output.text import render
+    elif name == "json":
+        from trainops.output.json import render
+    elif name == "junit":
+        from trainops.output.junit import render
+    elif name == "sarif":
+        from trainops.output.sarif import render
+    else:
+        raise ValueError(f"unknown format {name}")
+    return render

@@ -1,0 +1,1 @@
+"""Rendering: find targets, collect their inputs, build them with kustomize."""

@@ -1,0 +1,100 @@
+"""Finds what to render under the paths a user gives.
+
+A directory holding a kustomization is one target (components are skipped:
+they only make sense inside another kustomization). YAML and JSON files that
+are not part of any kustomization are targets of their own. Files inside a
+kustomization's directory tree are its inputs (patches, profiles), never
+targets, but nested kustomizations (an overlay's `runs/`) are.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from trainops.errors import InputError
+from trainops.model import Target
+
+KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+_SKIPPED_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__"}
+_COMPONENT = re.compile(r"^kind:\s*['\"]?Component['\"]?\s*$", re.MULTILINE)
+
+
+def kustomization_file(directory: Path) -> Path | None:
+    for name in KUSTOMIZATION_NAMES:
+        candidate = directory / name
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def is_component(kustomization: Path) -> bool:
+    try:
+        return bool(_COMPONENT.search(kustomization.read_text(errors="replace")))
+    except OSError:
+        return False
+
+
+def display_path(path: Path | str) -> str:
+    """Path as shown to users: relative to the working directory when below it."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve())) or "."
+    except ValueError:
+        return str(path)
+
+
+def discover(paths: Iterable[str], exclude: Iterable[Path] = ()) -> list[Target]:
+    """Targets under `paths`, in a stable order, each listed once."""
+    excluded = [p.resolve() for p in exclude]
+    targets: list[Target] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(kind: str, path: Path | str) -> None:
+        shown = "-" if kind == "stdin" else display_path(path)
+        if (kind, shown) not in seen:
+            seen.add((kind, shown))
+            targets.append(Target(kind, shown))
+
+    for raw in paths:
+        if raw == "-":
+            add("stdin", "-")
+            continue
+        path = Path(raw)
+        if not path.exists():
+            raise InputError("no such file or directory", raw)
+        if path.is_file():
+            if path.name in KUSTOMIZATION_NAMES:
+                add("kustomization", path.parent)
+            else:
+                add("file", path)
+            continue
+        for kind, found in _walk(path, excluded):
+            add(kind, found)
+    return targets
+
+
+def _walk(top: Path, excluded: list[Path]) -> Iterable[tuple[str, Path]]:
+    inside_kustomization: dict[str, bool] = {}
+    for root, dirs, files in os.walk(top):
+        root_path = Path(root)
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if d not in _SKIPPED_DIRS
+            and not d.startswith(".")
+            and (root_path / d).resolve() not in excluded
+        )
+        parent_inside = inside_kustomization.get(str(root_path.parent), False)
+        kustomization = kustomization_file(root_path)
+        inside_kustomization[root] = parent_inside or kustomization is not None
+        if kustomization is not None:
+            if not is_component(kustomization):
+                yield "kustomization", root_path
+        elif not parent_inside:
+            for name in sorted(files):
+                if name.endswith(MANIFEST_SUFFIXES) and not name.startswith("."):
+                    yield "file", root_path / name

@@ -1,0 +1,220 @@
+"""Renders targets into Documents: kustomize in parallel, cached by input content.
+
+A kustomization is built by the real kustomize. When it lists remote
+resources, the build runs on a staged copy whose kustomizations point at the
+mirror instead; remotes the mirror lacks are left out and reported as
+warnings, so an offline CI still validates everything else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainops import __version__
+from trainops.cache import Cache, FileHasher, digest
+from trainops.errors import InputError
+from trainops.model import WARNING, Document, Finding, Target
+from trainops.render import kustomize
+from trainops.render.discover import display_path
+from trainops.render.inputs import InputGraph, RemoteUse, collect_inputs
+from trainops.yamlio import (
+    MAX_FILE_BYTES,
+    decode,
+    load_documents,
+    load_yaml_mapping,
+    locate,
+    read_text,
+)
+
+
+@dataclass
+class Plan:
+    """What a target will read, and the content key of all of it."""
+
+    target: Target
+    key: str
+    inputs: InputGraph | None = None  # kustomizations: the files the build reads
+    text: str | None = None  # files and stdin: their content
+
+
+@dataclass
+class RenderResult:
+    target: Target
+    documents: list[Document]
+    key: str  # hash of everything the render read: equal keys, equal output
+    text: str  # the rendered YAML stream
+    findings: list[Finding] = field(default_factory=list)
+    inputs: InputGraph | None = None
+
+
+@dataclass
+class RenderOptions:
+    mirror: Path | None = None
+    allow_network: bool = False
+    jobs: int = 0  # 0: one per CPU
+    max_file_bytes: int = MAX_FILE_BYTES
+
+
+class Renderer:
+    def __init__(self, options: RenderOptions, cache: Cache | None = None):
+        self.options = options
+        self.cache = cache or Cache(None)
+        self.hash_file = FileHasher()
+        self._mirror = options.mirror.resolve() if options.mirror else None
+        self.jobs = options.jobs or os.cpu_count() or 1
+
+    def render(self, targets: list[Target]) -> list[RenderResult]:
+        """Render every target; raise the first InputError (in target order)."""
+        plans = self.plan(targets)
+        return run_parallel(self.render_plan, plans, self.jobs)
+
+    def plan(self, targets: list[Target]) -> list[Plan]:
+        """Collect inputs and content keys, without rendering anything."""
+        stdin_text = None
+        if any(t.kind == "stdin" for t in targets):
+            stdin_text = decode(sys.stdin.buffer.read(), "stdin")
+        return run_parallel(lambda t: self._plan_one(t, stdin_text), targets, self.jobs)
+
+    def _plan_one(self, target: Target, stdin_text: str | None) -> Plan:
+        if target.kind == "kustomization":
+            graph = collect_inputs(Path(target.path), self._mirror)
+            return Plan(target, self._key(graph), inputs=graph)
+        if target.kind == "stdin":
+            text = stdin_text or ""
+        else:
+            text = read_text(target.path, self.options.max_file_bytes)
+        return Plan(target, digest(__version__, "file", text), text=text)
+
+    def render_plan(self, plan: Plan) -> RenderResult:
+        target = plan.target
+        if plan.inputs is None:
+            where = "stdin" if target.kind == "stdin" else target.path
+            text = plan.text or ""
+            documents = load_documents(text, source=where, file=where, keep_text=True)
+            return RenderResult(target, documents, plan.key, text)
+        cached = self.cache.get("render", plan.key)
+        if cached is not None:
+            entry = json.loads(cached)
+            text = entry["text"]
+            findings = [Finding.from_cache(f) for f in entry["findings"]]
+        else:
+            text, findings = self._build(plan.inputs, target.path)
+            entry = {"text": text, "findings": [f.to_cache() for f in findings]}
+            self.cache.put("render", plan.key, json.dumps(entry).encode())
+        documents = load_documents(text, source=target.path, keep_text=True)
+        return RenderResult(target, documents, plan.key, text, findings, plan.inputs)
+
+    def _key(self, graph: InputGraph) -> str:
+        parts = [__version__, kustomize.tool_fingerprint(), str(self.options.allow_network)]
+        for path in sorted(graph.files):
+            parts += [os.path.relpath(path, graph.root), self.hash_file(path)]
+        for use in graph.remotes:
+            parts += [use.url, "mirrored" if use.local else "missing"]
+        return digest(*parts)
+
+    def _build(self, graph: InputGraph, shown: str) -> tuple[str, list[Finding]]:
+        if not graph.remotes or self.options.allow_network:
+            return kustomize.build(graph.root, shown, self.options.allow_network), []
+        missing = [use for use in graph.remotes if use.local is None]
+        findings = [self._missing_remote(use, shown) for use in missing]
+        try:
+            return self._build_staged(graph, shown), findings
+        except InputError as exc:
+            if not missing:
+                raise
+            findings.append(
+                Finding(
+                    rule="remote-resource",
+                    severity=WARNING,
+                    source=shown,
+                    resource="",
+                    path="",
+                    message=f"not rendered offline: without its remote resources {exc.message}",
+                    fix="Provide the remote resources in the mirror (--remote-mirror) "
+                    "or render with --allow-network.",
+                )
+            )
+            return "", findings
+
+    def _missing_remote(self, use: RemoteUse, shown: str) -> Finding:
+        names = use.ref.mirror_names() if use.ref else []
+        where = f"{self._mirror}/{names[0]}/{use.ref.path}" if (names and self._mirror) else ""
+        if not use.ref or not use.ref.ref:
+            fix = "Pin the URL with ?ref=TAG, then add a copy to the mirror."
+        elif self._mirror is None:
+            fix = "Pass --remote-mirror DIR (or set TRAINOPS_REMOTE_MIRROR) holding a copy."
+        else:
+            fix = f"Add a copy of the pinned upstream at {where}."
+        text = use.kustomization.read_text(errors="replace")
+        line = locate(text, (use.field, use.index))
+        return Finding(
+            rule="remote-resource",
+            severity=WARNING,
+            source=shown,
+            resource="",
+            path=f"{use.field}[{use.index}]",
+            message=f"remote resource {use.url} has no offline copy: it was left out of the "
+            "render and not validated",
+            fix=fix,
+            file=display_path(use.kustomization),
+            line=line + 1 if line is not None else None,
+        )
+
+    def _build_staged(self, graph: InputGraph, shown: str) -> str:
+        mirror = self._mirror
+        local = [p for p in graph.files if mirror is None or not p.is_relative_to(mirror)]
+        root = Path(os.path.commonpath([graph.root, *local]))
+        uses_by_file: dict[Path, list[RemoteUse]] = defaultdict(list)
+        for use in graph.remotes:
+            uses_by_file[use.kustomization.resolve()].append(use)
+        with tempfile.TemporaryDirectory(prefix="trainops-stage-") as tmp:
+            stage = Path(tmp)
+            for path in local:
+                dest = stage / path.relative_to(root)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, dest)
+            for kfile, uses in uses_by_file.items():
+                if mirror is not None and kfile.is_relative_to(mirror):
+                    continue
+                staged = stage / kfile.relative_to(root)
+                spec = load_yaml_mapping(kfile.read_text(), str(kfile))
+                for use in sorted(uses, key=lambda u: u.index, reverse=True):
+                    entries = spec[use.field]
+                    if use.local is None:
+                        del entries[use.index]
+                    elif use.local.is_dir():
+                        entries[use.index] = os.path.relpath(use.local, staged.parent)
+                    else:
+                        copy_name = f".mirror-{use.index}-{use.local.name}"
+                        shutil.copyfile(use.local, staged.parent / copy_name)
+                        entries[use.index] = copy_name
+                staged.write_text(json.dumps(spec, indent=1))
+            try:
+                return kustomize.build(stage / graph.root.relative_to(root), shown)
+            except InputError as exc:
+                exc.message = exc.message.replace(str(stage), str(root))
+                raise
+
+
+def run_parallel(function, items, jobs):
+    """map() on a thread pool that re-raises the first InputError in item order."""
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(function, item) for item in items]
+        outcomes = []
+        for future in futures:
+            try:
+                outcomes.append(future.result())
+            except InputError as exc:
+                outcomes.append(exc)
+    for outcome in outcomes:
+        if isinstance(outcome, InputError):
+            raise outcome
+    return outcomes

@@ -1,0 +1,80 @@
+"""Runs the real kustomize: `kustomize build` if installed, else `kubectl kustomize`."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from trainops.errors import InputError, ToolMissing
+
+BUILD_TIMEOUT_SECONDS = 600
+_KLOG_ERR = re.compile(r'err="((?:[^"\\]|\\.)*)"')
+_KLOG_PREFIX = re.compile(r"^[EWIF]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] ")
+
+
+@functools.cache
+def kustomize_command() -> tuple[str, ...]:
+    if path := shutil.which("kustomize"):
+        return (path, "build")
+    if path := shutil.which("kubectl"):
+        return (path, "kustomize")
+    raise ToolMissing(
+        "neither `kustomize` nor `kubectl` is on PATH: install one (kubectl embeds kustomize)"
+    )
+
+
+@functools.cache
+def tool_fingerprint() -> str:
+    """Identifies the kustomize build in use, for cache keys."""
+    binary = kustomize_command()[0]
+    stat = os.stat(binary)
+    return f"{binary}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def build(directory: Path, shown: str, allow_network: bool = False) -> str:
+    """Render one kustomization directory and return its YAML stream."""
+    command = [*kustomize_command(), str(directory)]
+    env = dict(os.environ)
+    if not allow_network:
+        # A remote that slipped past the mirror must fail fast, not hang on DNS.
+        env.setdefault("GIT_TERMINAL_PROMPT", "0")
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_SECONDS,
+            env=env,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise InputError(
+            f"kustomize build timed out after {BUILD_TIMEOUT_SECONDS}s", shown
+        ) from None
+    if done.returncode != 0:
+        raise InputError(f"kustomize build failed: {clean_error(done.stderr)}", shown)
+    return done.stdout
+
+
+def clean_error(stderr: str) -> str:
+    """One readable line out of kustomize's or kubectl's error output."""
+    match = _KLOG_ERR.search(stderr)
+    if match:
+        try:
+            message = json.loads(f'"{match.group(1)}"')
+        except json.JSONDecodeError:
+            message = match.group(1)
+    elif "err=<" in stderr:
+        inner = stderr.split("err=<", 1)[1].rsplit(">", 1)[0]
+        message = " ".join(line.strip() for line in inner.splitlines() if line.strip())
+    else:
+        lines = [_KLOG_PREFIX.sub("", line).strip() for line in stderr.splitlines()]
+        lines = [line for line in lines if line]
+        message = next((ln for ln in lines if ln.startswith("Error:")), lines[-1] if lines else "")
+        message = message.removeprefix("Error:").strip()
+    return " ".join(message.split()) or "no error message"

@@ -1,0 +1,1 @@
+"""Schemas: CRD conversion, schema lookup (kubeconform locations), document checks."""

@@ -1,0 +1,180 @@
+"""Checks one Document against its schema and turns violations into Findings.
+
+The common case, a valid document, costs one `is_valid` call. Only invalid
+documents pay for error details, friendlier messages ("unknown field
+"replica": did you mean "replicas"?") and the line of the offending field.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+from trainops.model import ERROR, Document, Finding, json_path
+from trainops.schema.registry import SchemaRegistry
+from trainops.yamlio import locate
+
+RULE = "schema"
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One schema violation; `path` is the list of keys and indexes to the field."""
+
+    path: tuple[Any, ...]
+    message: str
+    fix: str
+    line_of: str = "value"  # "value": the field itself; "key": last key in its parent
+
+
+def violations(doc: Document, registry: SchemaRegistry) -> list[Violation] | None:
+    """All schema violations of a document, or None when its kind has no schema."""
+    compiled = registry.lookup(doc.api_version, doc.kind)
+    if compiled is None:
+        return None
+    found: list[Violation] = []
+    if not compiled.validator.is_valid(doc.obj):
+        roots = (compiled.schema, compiled.definitions)
+        found.extend(_describe(doc.obj, roots, compiled.validator, ()))
+    metadata = doc.obj.get("metadata")
+    open_metadata = not compiled.core and isinstance(metadata, dict)
+    if open_metadata and not registry.object_meta.is_valid(metadata):
+        roots = (registry.core_definitions,)
+        found.extend(_describe(metadata, roots, registry.object_meta, ("metadata",)))
+    if not isinstance(metadata, dict) or not (metadata.get("name") or metadata.get("generateName")):
+        found.append(Violation(("metadata",), "missing metadata.name", "Give the object a name."))
+    found.sort(key=lambda v: (json_path(list(v.path)), v.message))
+    return found
+
+
+def check_document(
+    doc: Document, registry: SchemaRegistry, ignore_missing: bool
+) -> tuple[str, list[Finding]]:
+    """Return ("valid" | "invalid" | "skipped", findings) for one document."""
+    found = violations(doc, registry)
+    if found is None:
+        if ignore_missing:
+            return "skipped", []
+        missing = Violation(
+            (),
+            f"no schema for {doc.api_version} {doc.kind}",
+            "Import the CRD with `trainops schemas import CRD.yaml`, fix the apiVersion/kind, "
+            "or pass --ignore-missing-schemas.",
+        )
+        return "invalid", [to_finding(doc, missing)]
+    return ("invalid" if found else "valid"), [to_finding(doc, v) for v in found]
+
+
+def _describe(
+    instance: Any, roots: tuple[Any, ...], validator: Any, prefix: tuple[str, ...]
+) -> list[Violation]:
+    found = []
+    for error in validator.iter_errors(instance):
+        path = (*prefix, *error.instance_path)
+        kind = error.kind
+        name = kind.name
+        if name == "additionalProperties":
+            allowed = _allowed_properties(roots, list(error.schema_path))
+            for field in kind.unexpected:
+                close = difflib.get_close_matches(field, allowed, n=1, cutoff=0.6)
+                fix = (
+                    f'Did you mean "{close[0]}"?'
+                    if close
+                    else "Remove the field: the schema does not define it."
+                )
+                found.append(Violation((*path, field), f'unknown field "{field}"', fix, "key"))
+        elif name == "required":
+            found.append(
+                Violation(
+                    (*path, kind.property),
+                    f'missing required field "{kind.property}"',
+                    f'Add "{kind.property}".',
+                    "parent",
+                )
+            )
+        elif name == "type":
+            expected = " or ".join(kind.types)
+            quote = " (quote it)" if "string" in kind.types else ""
+            found.append(
+                Violation(
+                    path,
+                    f"expected {expected}, got {_json_type(error.instance)} "
+                    f"{_short(error.instance)}",
+                    f"Write the value as {expected}{quote}.",
+                )
+            )
+        elif name == "enum":
+            options = ", ".join(_short(o) for o in kind.options)
+            found.append(
+                Violation(
+                    path,
+                    f"{_short(error.instance)} is not one of {options}",
+                    "Use one of the listed values.",
+                )
+            )
+        else:
+            found.append(Violation(path, error.message, "Fix the value to match the schema."))
+    return found
+
+
+def to_finding(doc: Document, violation: Violation) -> Finding:
+    path = violation.path
+    line = None
+    if doc.text is not None and doc.line is not None:
+        if violation.line_of == "key" and path:
+            found = locate(doc.text, tuple(path[:-1]), path[-1])
+        elif violation.line_of == "parent" and path:
+            found = locate(doc.text, tuple(path[:-1]))
+        else:
+            found = locate(doc.text, tuple(path))
+        line = doc.line + found if found is not None else doc.line
+    return Finding(
+        rule=RULE,
+        severity=ERROR,
+        source=doc.source,
+        resource=doc.resource_id,
+        path=json_path(list(path)),
+        message=violation.message,
+        fix=violation.fix,
+        file=doc.file,
+        line=line,
+    )
+
+
+def _allowed_properties(roots: tuple[Any, ...], schema_path: list[Any]) -> list[str]:
+    """Property names of the schema object an additionalProperties error came from."""
+    for root in roots:
+        node: Any = root
+        for step in schema_path[:-1]:
+            if isinstance(node, dict) and step in node:
+                node = node[step]
+            elif isinstance(node, list) and isinstance(step, int) and step < len(node):
+                node = node[step]
+            else:
+                node = None
+                break
+        if isinstance(node, dict) and isinstance(node.get("properties"), dict):
+            return list(node["properties"])
+    return []
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, str) else f'"{value}"'
+    if isinstance(value, dict | list):
+        text = "{...}" if isinstance(value, dict) else "[...]"
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,177 @@
+"""Finds and compiles the JSON schema for an (apiVersion, kind).
+
+Schema locations follow kubeconform's conventions so the same flags work with
+both engines: a location ending in `.json` is a template using
+`{{.NormalizedKubernetesVersion}}`, `{{.StrictSuffix}}`, `{{.ResourceKind}}`,
+`{{.ResourceAPIVersion}}`, `{{.Group}}` and `{{.KindSuffix}}`; any other
+location is a directory or URL laid out like kubernetes-json-schema. The
+location `default` means the core Kubernetes schemas bundled with the
+`kubernetes-validate` package, read offline, for the chosen minor version.
+Locations are tried in order; the first schema found wins.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import jsonschema_rs
+
+from trainops.errors import InputError
+
+DEFAULT_KUBERNETES_VERSION = "1.35"
+CRD_SCHEMA_TEMPLATE = "{{.Group}}/{{.ResourceKind}}_{{.ResourceAPIVersion}}{{.StrictSuffix}}.json"
+_CORE_DEFINITIONS_URI = "https://kubernetes.io/api/_definitions.json"
+_OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+_TEMPLATE_VAR = re.compile(r"\{\{\s*\.(\w+)\s*\}\}")
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)(\.\d+)?$")
+
+
+def bundled_schema_root() -> Path:
+    import kubernetes_validate
+
+    return Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+
+
+def bundled_versions() -> list[str]:
+    names = (p.name for p in bundled_schema_root().iterdir() if p.name.endswith("-local"))
+    versions = [n.removeprefix("v").removesuffix(".0-local") for n in names]
+    return sorted(versions, key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+def minor_version(version: str) -> str:
+    match = _VERSION.match(version.strip())
+    if not match:
+        raise InputError(f"kubernetes version '{version}' is not of the form 1.35 or 1.35.2")
+    return f"{match.group(1)}.{match.group(2)}"
+
+
+@dataclass
+class CompiledSchema:
+    validator: Any
+    schema: dict[str, Any]
+    definitions: dict[str, Any] | None  # the $defs document core schemas refer to
+    location: str
+    core: bool
+
+
+class SchemaRegistry:
+    def __init__(self, locations: list[str], kubernetes_version: str, strict: bool):
+        self.locations = locations
+        self.strict = strict
+        self.version = minor_version(kubernetes_version)
+        self._compiled: dict[tuple[str, str], CompiledSchema | None] = {}
+        self._fetched: dict[str, dict[str, Any] | None] = {}
+        if "default" in locations and self.version not in bundled_versions():
+            available = bundled_versions()
+            raise InputError(
+                f"no bundled schemas for Kubernetes {self.version}: "
+                f"choose one of {available[0]}..{available[-1]}"
+            )
+
+    @property
+    def bundled_dir(self) -> Path:
+        suffix = "-strict" if self.strict else ""
+        return bundled_schema_root() / f"v{self.version}.0-local{suffix}"
+
+    @cached_property
+    def core_definitions(self) -> dict[str, Any]:
+        return json.loads((self.bundled_dir / "_definitions.json").read_bytes())
+
+    @cached_property
+    def _core_registry(self) -> Any:
+        return jsonschema_rs.Registry([(_CORE_DEFINITIONS_URI, self.core_definitions)])
+
+    @cached_property
+    def object_meta(self) -> Any:
+        """Validator for top-level metadata, which CRD schemas leave open."""
+        ref = {"$ref": f"{_CORE_DEFINITIONS_URI}#/$defs/{_OBJECT_META}"}
+        return jsonschema_rs.Draft202012Validator(ref, registry=self._core_registry)
+
+    def lookup(self, api_version: str, kind: str) -> CompiledSchema | None:
+        key = (api_version, kind)
+        if key not in self._compiled:
+            self._compiled[key] = self._find(api_version, kind)
+        return self._compiled[key]
+
+    def _find(self, api_version: str, kind: str) -> CompiledSchema | None:
+        for location in self.locations:
+            core = location == "default"
+            template = self._template(location)
+            path = render_template(template, api_version, kind, self.version, self.strict)
+            schema = self._load(path)
+            if schema is None:
+                continue
+            try:
+                if core:
+                    validator = jsonschema_rs.Draft202012Validator(
+                        schema, registry=self._core_registry
+                    )
+                else:
+                    validator = jsonschema_rs.validator_for(schema)
+            except Exception as exc:  # jsonschema-rs reports invalid schemas with several types
+                raise InputError(f"schema cannot be compiled: {exc}", path) from None
+            definitions = self.core_definitions if core else None
+            return CompiledSchema(validator, schema, definitions, path, core)
+        return None
+
+    def _template(self, location: str) -> str:
+        if location == "default":
+            return str(self.bundled_dir / "{{.ResourceKind}}{{.KindSuffix}}.json")
+        if location.endswith(".json"):
+            return location
+        return location.rstrip("/") + (
+            "/{{.NormalizedKubernetesVersion}}-standalone{{.StrictSuffix}}/"
+            "{{.ResourceKind}}{{.KindSuffix}}.json"
+        )
+
+    def _load(self, path: str) -> dict[str, Any] | None:
+        if path in self._fetched:
+            return self._fetched[path]
+        schema = None
+        if path.startswith(("http://", "https://")):
+            try:
+                with urllib.request.urlopen(path, timeout=15) as response:
+                    schema = json.loads(response.read())
+            except Exception:  # any network or decoding failure means "not found here"
+                schema = None
+        else:
+            file = Path(path)
+            if file.is_file():
+                try:
+                    schema = json.loads(file.read_bytes())
+                except json.JSONDecodeError as exc:
+                    raise InputError(
+                        f"schema is not valid JSON: {exc.msg}", path, exc.lineno
+                    ) from None
+        self._fetched[path] = schema
+        return schema
+
+
+def render_template(template: str, api_version: str, kind: str, version: str, strict: bool) -> str:
+    group, _, resource_version = api_version.rpartition("/")
+    values = {
+        "NormalizedKubernetesVersion": f"v{version}.0" if version != "master" else "master",
+        "StrictSuffix": "-strict" if strict else "",
+        "ResourceKind": kind.lower(),
+        "ResourceAPIVersion": resource_version,
+        "Group": group,
+        "KindSuffix": "-" + (f"{group.split('.')[0]}-" if group else "") + resource_version,
+    }
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise InputError(f"unknown variable .{name} in schema location '{template}'")
+        return values[name].lower() if name == "KindSuffix" else values[name]
+
+    return _TEMPLATE_VAR.sub(substitute, template)
+
+
+def crd_location(schema_dir: Path) -> str:
+    return str(schema_dir / CRD_SCHEMA_TEMPLATE)

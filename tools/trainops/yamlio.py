@@ -1,0 +1,283 @@
+"""Reads YAML streams into Documents: fast, strict, and with line numbers.
+
+Every document is parsed by ryaml (serde-yaml: YAML 1.2 scalars as kustomize
+emits them, duplicate keys rejected, alias expansion capped). Only when it
+refuses a document do we re-read that document with PyYAML's composer, which
+keeps positions, to say exactly which line is wrong. Locating the line of a
+field for a finding works the same way and is only paid for when a finding
+exists.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import ryaml
+import yaml
+
+from trainops.errors import InputError
+from trainops.model import Document
+
+MAX_FILE_BYTES = 16 * 1024 * 1024
+_SEPARATOR = re.compile(r"^(---|\.\.\.)(?=[ \t\r]|$)", re.MULTILINE)
+_RYAML_POSITION = re.compile(r"at line (\d+) column (\d+)")
+_LIST_KIND = re.compile(r"^[A-Za-z]*List$")
+
+
+def split_documents(text: str) -> list[tuple[int, str]]:
+    """Split a YAML stream into (first line, text) per document.
+
+    The first line is the first line holding content, and the text starts
+    there, so line numbers found inside the text only need an offset.
+    Document markers at column 0 always end a document in YAML, even inside
+    block scalars, which makes this textual split exact.
+    """
+    chunks: list[tuple[int, str]] = []
+    pending = ""  # directives (%YAML) that belong to the next document
+    position, line = 0, 1
+    for match in _SEPARATOR.finditer(text):
+        _add_chunk(chunks, pending + text[position : match.start()], line)
+        pending = ""
+        line += text.count("\n", position, match.start())
+        if match.group(1) == "...":
+            end = text.find("\n", match.start())
+            position = len(text) if end < 0 else end + 1
+            line += 1
+        else:
+            position = match.start()
+    _add_chunk(chunks, pending + text[position:], line)
+    return chunks
+
+
+def _add_chunk(chunks: list[tuple[int, str]], chunk: str, line: int) -> None:
+    offset = 0
+    for raw in chunk.splitlines(keepends=True):
+        stripped = raw.strip()
+        if stripped and not stripped.startswith("#") and stripped != "---":
+            break
+        offset += len(raw)
+        line += 1
+    else:
+        return  # only markers, comments and blank lines: an empty document
+    chunks.append((line, chunk[offset:]))
+
+
+def read_text(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> str:
+    """Read a manifest file as text, refusing binaries and oversized files."""
+    shown = str(path)
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        raise InputError("no such file or directory", shown) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", shown) from None
+    if size > max_bytes:
+        raise InputError(
+            f"file is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:.0f} MiB limit "
+            "for a manifest (raise it with --max-file-size)",
+            shown,
+        )
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", shown) from None
+    return decode(data, shown)
+
+
+def decode(data: bytes, where: str) -> str:
+    if b"\x00" in data[:8192] or b"\x00" in data:
+        raise InputError("binary file (contains NUL bytes), not YAML", where)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(
+            f"not UTF-8 text (invalid byte 0x{data[exc.start]:02x})", where, line
+        ) from None
+    return text.removeprefix("\ufeff")
+
+
+def load_documents(
+    text: str, source: str, file: str | None = None, keep_text: bool = False
+) -> list[Document]:
+    """Parse a YAML stream into Documents.
+
+    `file` names the file the text came from (None for kustomize output,
+    whose lines mean nothing to the user); `keep_text` keeps each document's
+    YAML so findings can later point at a line.
+    """
+    where = file or source
+    documents: list[Document] = []
+    for line, chunk in split_documents(text):
+        try:
+            obj = ryaml.loads(chunk)
+        except Exception as exc:  # ryaml raises its own error type for every parse failure
+            raise precise_error(chunk, line, where, str(exc)) from None
+        if obj is None:
+            continue
+        for item in _expand_lists(obj, where, line):
+            documents.append(
+                Document(
+                    obj=item,
+                    source=source,
+                    file=file,
+                    line=line if file else None,
+                    text=chunk if keep_text and item is obj else None,
+                )
+            )
+    return documents
+
+
+def _expand_lists(obj: Any, where: str, line: int) -> Iterator[dict[str, Any]]:
+    if not isinstance(obj, dict):
+        kind = type(obj).__name__.replace("str", "string").replace("dict", "mapping")
+        raise InputError(
+            f"document is a {kind}, not a mapping: every document must be a Kubernetes object",
+            where,
+            line,
+        )
+    for key in ("apiVersion", "kind"):
+        value = obj.get(key)
+        if not isinstance(value, str) or not value:
+            problem = f"no '{key}'" if value in (None, "") else f"a '{key}' that is not a string"
+            raise InputError(
+                f"document has {problem}: every object needs apiVersion and kind", where, line
+            )
+    if _LIST_KIND.match(obj["kind"]) and isinstance(obj.get("items"), list):
+        for item in obj["items"]:
+            yield from _expand_lists(item, where, line)
+        return
+    yield obj
+
+
+class _StrictComposer(yaml.SafeLoader):
+    """PyYAML loader used only to explain what ryaml refused."""
+
+
+def precise_error(chunk: str, first_line: int, where: str, fast_message: str) -> InputError:
+    """Build a one-line error with the exact line for a document ryaml refused."""
+    if "repetition limit" in fast_message or "recursion limit" in fast_message:
+        line = _first_alias_line(chunk)
+        return InputError(
+            "alias expansion limit exceeded (nested anchors multiply into a huge document: "
+            "a 'billion laughs' alias bomb?)",
+            where,
+            first_line + line if line is not None else first_line,
+        )
+    try:
+        node = yaml.compose(chunk, Loader=_StrictComposer)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = first_line + mark.line if mark else first_line
+        return InputError(_describe_yaml_error(exc, chunk), where, line)
+    duplicate = _find_duplicate_key(node) if node is not None else None
+    if duplicate:
+        key, line, first = duplicate
+        return InputError(
+            f"duplicate key '{key}' (first defined on line {first_line + first})",
+            where,
+            first_line + line,
+        )
+    match = _RYAML_POSITION.search(fast_message)
+    line = first_line + int(match.group(1)) - 1 if match else first_line
+    message = _RYAML_POSITION.sub("", fast_message).rstrip(" ,")
+    return InputError(f"invalid YAML: {message}", where, line)
+
+
+def _describe_yaml_error(exc: yaml.MarkedYAMLError, chunk: str) -> str:
+    problem = exc.problem or "invalid YAML"
+    mark = exc.problem_mark
+    if "'\\t'" in problem:
+        return "tab character in indentation: YAML indents with spaces only"
+    if mark is not None:
+        lines = chunk.splitlines()
+        if mark.line < len(lines) and "\t" in lines[mark.line][: mark.column + 1]:
+            return "tab character in indentation: YAML indents with spaces only"
+    context = f"{exc.context}: " if exc.context else ""
+    return f"invalid YAML: {context}{problem}"
+
+
+def _first_alias_line(chunk: str) -> int | None:
+    try:
+        for event in yaml.parse(chunk, Loader=_StrictComposer):
+            if isinstance(event, yaml.AliasEvent):
+                return event.start_mark.line
+    except yaml.YAMLError:
+        return None
+    return None
+
+
+def _find_duplicate_key(root: yaml.Node) -> tuple[str, int, int] | None:
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: dict[str, int] = {}
+            for key_node, value_node in node.value:
+                if isinstance(key_node, yaml.ScalarNode):
+                    if key_node.value in keys:
+                        return key_node.value, key_node.start_mark.line, keys[key_node.value]
+                    keys[key_node.value] = key_node.start_mark.line
+                stack.append(value_node)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return None
+
+
+def locate(text: str, path: tuple[str | int, ...], key: str | None = None) -> int | None:
+    """0-based line of `path` (or of `key` inside it) in a document's YAML text."""
+    try:
+        node = yaml.compose(text, Loader=_StrictComposer)
+    except yaml.YAMLError:
+        return None
+    line = node.start_mark.line if node is not None else None
+    steps = [*path, key] if key is not None else list(path)
+    for step in steps:
+        if isinstance(node, yaml.MappingNode) and isinstance(step, str):
+            for key_node, value_node in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.value == step:
+                    line = key_node.start_mark.line
+                    node = value_node
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(step, int):
+            if step >= len(node.value):
+                return line
+            node = node.value[step]
+            line = node.start_mark.line
+        else:
+            return line
+    return line
+
+
+def dump(obj: Any) -> str:
+    """Block-style YAML in key order, as kustomize writes it."""
+    return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, width=1_000_000)
+
+
+def load_yaml_mapping(text: str, where: str) -> dict[str, Any]:
+    """Parse a one-document YAML file (kustomization, profile, config) strictly."""
+    chunks = split_documents(text)
+    if not chunks:
+        return {}
+    if len(chunks) > 1:
+        raise InputError(f"expected one YAML document, found {len(chunks)}", where, chunks[1][0])
+    line, chunk = chunks[0]
+    try:
+        obj = ryaml.loads(chunk)
+    except Exception as exc:  # ryaml raises its own error type for every parse failure
+        raise precise_error(chunk, line, where, str(exc)) from None
+    if obj is None:
+        return {}
+    if not isinstance(obj, dict):
+        raise InputError("expected a mapping at the top level", where, line)
+    return obj
