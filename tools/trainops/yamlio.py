@@ -173,6 +173,14 @@ def precise_error(chunk: str, first_line: int, where: str, fast_message: str) ->
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = first_line + mark.line if mark else first_line
+        if "<stream end>" in (exc.problem or ""):
+            # Something left open (a bracket, a quote): blame the last line with content
+            # or where the open construct started, not the end of the file.
+            content = [i for i, text in enumerate(chunk.splitlines()) if text.strip()]
+            candidates = [content[-1]] if content else []
+            if exc.context_mark is not None:
+                candidates.append(exc.context_mark.line)
+            line = first_line + min(candidates) if candidates else line
         return InputError(_describe_yaml_error(exc, chunk), where, line)
     duplicate = _find_duplicate_key(node) if node is not None else None
     if duplicate:

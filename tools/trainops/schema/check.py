@@ -94,8 +94,9 @@ def _describe(
                 )
             )
         elif name == "type":
-            expected = " or ".join(kind.types)
-            quote = " (quote it)" if "string" in kind.types else ""
+            types = [t for t in kind.types if t != "null"] or list(kind.types)
+            expected = " or ".join(types)
+            quote = " (quote it)" if "string" in types else ""
             found.append(
                 Violation(
                     path,

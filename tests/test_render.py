@@ -1,0 +1,228 @@
+"""`trainops render`: discovery, real kustomize, offline remotes, determinism, caching."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.support import write
+from trainops.render.remote import parse_remote
+
+CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  k: v\n"
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """An overlay with a nested run, a component, and loose manifests."""
+    root = tmp_path / "repo"
+    write(root / "base" / "kustomization.yaml", "resources:\n- cm.yaml\n")
+    write(root / "base" / "cm.yaml", CM.format(name="base"))
+    write(
+        root / "comp" / "kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1alpha1\n"
+        "kind: Component\nlabels:\n- pairs: {fabric: tcp}\n",
+    )
+    write(
+        root / "overlays" / "lab" / "kustomization.yaml",
+        "resources:\n- ../../base\ncomponents:\n- ../../comp\nnamePrefix: lab-\n",
+    )
+    write(root / "overlays" / "lab" / "cluster.yaml", "fabric: tcp\n")
+    write(root / "overlays" / "lab" / "patches" / "p.yaml", "kind: ConfigMap\n")
+    write(
+        root / "overlays" / "lab" / "runs" / "r1" / "kustomization.yaml",
+        "resources:\n- cm.yaml\n",
+    )
+    write(root / "overlays" / "lab" / "runs" / "r1" / "cm.yaml", CM.format(name="run"))
+    write(root / "loose" / "a.yaml", "# leading comment\n\n" + CM.format(name="loose"))
+    return root
+
+
+def test_discovery_renders_kustomizations_and_loose_files_only(trainops, tree: Path):
+    run = trainops("render", "--format", "json", "overlays", "loose", "comp", cwd=tree)
+    assert run.code == 0, run.err
+    records = json.loads(run.out)
+    assert [(r["source"], r["object"]["metadata"]["name"]) for r in records] == [
+        ("overlays/lab", "lab-base"),
+        ("overlays/lab/runs/r1", "run"),
+        ("loose/a.yaml:3", "loose"),
+    ]
+    assert records[0]["object"]["metadata"]["labels"] == {"fabric": "tcp"}
+
+
+def test_yaml_output_keeps_sources_and_is_deterministic(trainops, tree: Path):
+    first = trainops("render", "-j", "1", cwd=tree)
+    second = trainops("render", "-j", "4", "--no-cache", cwd=tree)
+    assert first.code == 0 and first.out == second.out
+    assert first.out.startswith("# Source: overlays/lab\napiVersion: v1\n")
+    assert "---\n# Source: overlays/lab/runs/r1\n" in first.out
+
+
+def test_default_path_is_overlays(trainops, tree: Path):
+    assert trainops("render", cwd=tree).out == trainops("render", "overlays", cwd=tree).out
+    empty = tree / "empty"
+    empty.mkdir()
+    run = trainops("render", cwd=empty)
+    assert run.code == 2 and "no ./overlays directory" in run.err
+
+
+def _mirror(tmp_path: Path) -> Path:
+    mirror = tmp_path / "mirror"
+    write(
+        mirror / "acme-widgets-v1.2.3" / "deploy" / "kustomization.yaml", "resources:\n- cm.yaml\n"
+    )
+    write(mirror / "acme-widgets-v1.2.3" / "deploy" / "cm.yaml", CM.format(name="from-git"))
+    write(mirror / "widgets-v1.2.3" / "extra.yaml", CM.format(name="from-raw"))
+    return mirror
+
+
+REMOTE_KUSTOMIZATION = """\
+resources:
+- https://github.com/acme/widgets//deploy?ref=v1.2.3
+- https://raw.githubusercontent.com/acme/widgets/v1.2.3/extra.yaml
+- local.yaml
+"""
+
+
+def test_remote_resources_render_offline_from_the_mirror(trainops, tmp_path: Path):
+    overlay = tmp_path / "overlay"
+    write(overlay / "kustomization.yaml", REMOTE_KUSTOMIZATION)
+    write(overlay / "local.yaml", CM.format(name="local"))
+    run = trainops(
+        "render", "--format", "json", "--remote-mirror", str(_mirror(tmp_path)), str(overlay)
+    )
+    assert run.code == 0, run.err
+    names = [r["object"]["metadata"]["name"] for r in json.loads(run.out)]
+    assert sorted(names) == ["from-git", "from-raw", "local"]
+    env = {"TRAINOPS_REMOTE_MIRROR": str(_mirror(tmp_path))}
+    assert trainops("render", "--format", "json", str(overlay), env=env).out == run.out
+
+
+def test_remote_without_mirror_is_a_warning_naming_the_url(trainops, tmp_path: Path):
+    overlay = tmp_path / "overlay"
+    write(overlay / "kustomization.yaml", REMOTE_KUSTOMIZATION)
+    write(overlay / "local.yaml", CM.format(name="local"))
+    run = trainops("validate", "--format", "json", str(overlay), cwd=tmp_path)
+    assert run.code == 0, run.err
+    report = json.loads(run.out)
+    warnings = [f for f in report["findings"] if f["rule"] == "remote-resource"]
+    assert [w["severity"] for w in warnings] == ["warning", "warning"]
+    assert "https://github.com/acme/widgets//deploy?ref=v1.2.3" in warnings[0]["message"]
+    assert warnings[0]["source"].endswith("kustomization.yaml:2")
+    assert report["summary"]["resources"] == 1  # the local resource is still validated
+
+
+def test_unparseable_remote_and_patches_on_missing_remote_are_still_reported(
+    trainops, tmp_path: Path
+):
+    overlay = tmp_path / "overlay"
+    write(
+        overlay / "kustomization.yaml",
+        "resources:\n- https://github.com/acme/widgets//deploy?ref=v9\npatches:\n- path: p.yaml\n",
+    )
+    write(overlay / "p.yaml", CM.format(name="from-git"))
+    run = trainops("validate", "--format", "json", str(overlay), cwd=tmp_path)
+    assert run.code == 0, run.err
+    messages = [f["message"] for f in json.loads(run.out)["findings"]]
+    assert any("has no offline copy" in m for m in messages)
+    assert any(m.startswith("not rendered offline") for m in messages)
+
+
+@pytest.mark.parametrize(
+    ("url", "owner", "repo", "ref", "path", "is_file"),
+    [
+        (
+            "https://github.com/kubeflow/training-operator.git//manifests/overlays/standalone?ref=v1.9.0",
+            "kubeflow",
+            "training-operator",
+            "v1.9.0",
+            "manifests/overlays/standalone",
+            False,
+        ),
+        (
+            "github.com/kubeflow/training-operator/manifests/overlays/standalone?ref=v1.9.0",
+            "kubeflow",
+            "training-operator",
+            "v1.9.0",
+            "manifests/overlays/standalone",
+            False,
+        ),
+        (
+            "https://raw.githubusercontent.com/k8snetworkplumbingwg/multus-cni/v4.3.0/deployments/multus-daemonset-thick.yml",
+            "k8snetworkplumbingwg",
+            "multus-cni",
+            "v4.3.0",
+            "deployments/multus-daemonset-thick.yml",
+            True,
+        ),
+        (
+            "git@github.com:acme/widgets.git/deploy?ref=abc1234",
+            "acme",
+            "widgets",
+            "abc1234",
+            "deploy",
+            False,
+        ),
+        (
+            "https://gitlab.com/group/sub/proj.git//k8s?ref=main",
+            "group-sub",
+            "proj",
+            "main",
+            "k8s",
+            False,
+        ),
+    ],
+)
+def test_remote_url_forms(url, owner, repo, ref, path, is_file):
+    parsed = parse_remote(url)
+    assert (parsed.owner, parsed.repo, parsed.ref, parsed.path, parsed.is_file) == (
+        owner,
+        repo,
+        ref,
+        path,
+        is_file,
+    )
+
+
+def test_pinning_is_recognised():
+    assert parse_remote("github.com/a/b/x?ref=v1.9.0").pinned
+    assert parse_remote("github.com/a/b/x?ref=0123456789abcdef0123").pinned
+    assert not parse_remote("github.com/a/b/x?ref=main").pinned
+    assert not parse_remote("github.com/a/b/x").pinned
+
+
+@pytest.fixture
+def counting_kustomize(tmp_path: Path) -> tuple[dict, Path]:
+    """Puts a `kustomize` on PATH that logs each build, then runs the real `kubectl kustomize`."""
+    bin_dir = tmp_path / "bin"
+    log = tmp_path / "builds.log"
+    script = write(
+        bin_dir / "kustomize",
+        f'#!/bin/sh\necho "$2" >> {log}\nexec {shutil.which("kubectl")} kustomize "$2"\n',
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    return env, log
+
+
+def _builds(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def test_unchanged_inputs_are_not_built_again(trainops, tree: Path, counting_kustomize):
+    env, log = counting_kustomize
+    first = trainops("validate", cwd=tree, env=env)
+    assert first.code == 0 and _builds(log) == 2
+    again = trainops("validate", cwd=tree, env=env)
+    assert again.out == first.out and _builds(log) == 2
+    trainops("render", cwd=tree, env=env)
+    assert _builds(log) == 2  # the render cache is shared
+    (tree / "base" / "cm.yaml").write_text(CM.format(name="changed"))
+    changed = trainops("validate", cwd=tree, env=env)
+    assert changed.code == 0 and _builds(log) == 3  # only the overlay using base/ rebuilt
+    trainops("validate", "--no-cache", cwd=tree, env=env)
+    assert _builds(log) == 5

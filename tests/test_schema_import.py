@@ -1,0 +1,169 @@
+"""`trainops schemas import`: CRD schemas -> JSON schemas that validate like the API server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema_rs
+import pytest
+
+from tests.support import MIRROR, REPO, write
+from trainops.schema.crd import convert, schema_files
+
+CRD = """\
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  names: {kind: Widget, plural: widgets}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        description: A widget.
+        properties:
+          apiVersion: {type: string}
+          kind: {type: string}
+          metadata: {type: object}
+          spec:
+            type: object
+            description: Desired state.
+            required: [size]
+            properties:
+              size:
+                x-kubernetes-int-or-string: true
+                anyOf: [{type: integer}, {type: string}]
+                pattern: '^[0-9]+(Gi|Mi)?$'
+              owner: {type: string, nullable: true}
+              ratio: {type: number, minimum: 0, exclusiveMinimum: true}
+              extra:
+                type: object
+                x-kubernetes-preserve-unknown-fields: true
+                properties:
+                  known: {type: string}
+              template:
+                type: object
+                x-kubernetes-embedded-resource: true
+                x-kubernetes-preserve-unknown-fields: true
+              nested:
+                type: object
+                properties:
+                  leaf: {type: boolean}
+  - name: v1beta1
+    served: false
+    storage: false
+    schema:
+      openAPIV3Schema: {type: object}
+"""
+
+
+def compile_variant(strict: bool):
+    import yaml
+
+    crd = yaml.safe_load(CRD)
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return jsonschema_rs.validator_for(convert(schema, strict))
+
+
+def widget(**spec):
+    return {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {}, "spec": spec}
+
+
+def test_only_served_versions_get_plain_and_strict_files():
+    import yaml
+
+    assert sorted(schema_files(yaml.safe_load(CRD))) == [
+        "example.com/widget_v1-strict.json",
+        "example.com/widget_v1.json",
+    ]
+
+
+def test_descriptions_are_dropped():
+    import yaml
+
+    crd = yaml.safe_load(CRD)
+    text = json.dumps(schema_files(crd))
+    assert "description" not in text and "Desired state" not in text
+
+
+@pytest.mark.parametrize(
+    ("spec", "valid"),
+    [
+        ({"size": 3}, True),
+        ({"size": "10Gi"}, True),
+        ({"size": "lots"}, False),  # the pattern applies to strings
+        ({"size": [1]}, False),
+        ({}, False),  # required
+        ({"size": 1, "owner": None}, True),  # nullable
+        ({"size": 1, "ratio": 0}, False),  # exclusive minimum
+        ({"size": 1, "ratio": 0.5}, True),
+        ({"size": 1, "extra": {"known": "a", "anything": [1, 2]}}, True),  # preserved
+        ({"size": 1, "template": {"apiVersion": "v1", "kind": "Pod", "x": 1}}, True),
+    ],
+)
+def test_extensions_validate_like_the_api_server(spec, valid):
+    assert compile_variant(strict=True).is_valid(widget(**spec)) is valid
+
+
+def test_strict_variant_closes_objects_that_list_properties():
+    unknown = widget(size=1, nested={"leaf": True, "typo": 1})
+    assert compile_variant(strict=False).is_valid(unknown)
+    assert not compile_variant(strict=True).is_valid(unknown)
+    assert not compile_variant(strict=True).is_valid(widget(size=1, sizes=2))
+
+
+def test_import_is_idempotent_and_check_detects_drift(trainops, tmp_path: Path):
+    crd = write(tmp_path / "crd.yaml", CRD)
+    out = tmp_path / "schemas"
+    first = trainops("schemas", "import", str(crd), "-o", str(out))
+    assert first.code == 0 and "2 written" in first.out
+    second = trainops("schemas", "import", str(crd), "-o", str(out))
+    assert "0 written, 2 unchanged" in second.out
+    assert trainops("schemas", "import", "--check", str(crd), "-o", str(out)).code == 0
+    (out / "example.com" / "widget_v1-strict.json").write_text("{}")
+    drift = trainops("schemas", "import", "--check", str(crd), "-o", str(out))
+    assert drift.code == 1 and "widget_v1-strict.json" in drift.out
+
+
+def test_committed_training_operator_schemas_match_their_crds(trainops):
+    crds = sorted(
+        (MIRROR / "kubeflow-training-operator-v1.9.0/manifests/base/crds").glob(
+            "kubeflow.org_*.yaml"
+        )
+    )
+    assert len(crds) == 6
+    run = trainops("schemas", "import", "--check", *map(str, crds), "-o", str(REPO / "schemas"))
+    assert run.code == 0, run.out
+
+
+def test_every_required_kind_has_a_committed_schema():
+    expected = {
+        "kubeflow.org/pytorchjob_v1",
+        "kubeflow.org/mpijob_v1",
+        "kubeflow.org/tfjob_v1",
+        "trainer.kubeflow.org/trainjob_v1alpha1",
+        "trainer.kubeflow.org/clustertrainingruntime_v1alpha1",
+        "nvidia.com/clusterpolicy_v1",
+        "k8s.cni.cncf.io/networkattachmentdefinition_v1",
+        "argoproj.io/application_v1alpha1",
+        "argoproj.io/applicationset_v1alpha1",
+        "argoproj.io/appproject_v1alpha1",
+        "kueue.x-k8s.io/localqueue_v1beta1",
+        "kueue.x-k8s.io/clusterqueue_v1beta1",
+        "scheduling.volcano.sh/podgroup_v1beta1",
+        "scheduling.volcano.sh/queue_v1beta1",
+        "monitoring.coreos.com/servicemonitor_v1",
+        "monitoring.coreos.com/podmonitor_v1",
+    }
+    for name in expected:
+        for suffix in ("", "-strict"):
+            path = REPO / "schemas" / f"{name}{suffix}.json"
+            assert path.is_file(), path
+            jsonschema_rs.validator_for(json.loads(path.read_text()))

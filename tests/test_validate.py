@@ -1,0 +1,146 @@
+"""`trainops validate`: strict schema checks, findings, reports and exit codes."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from tests.support import PYTORCHJOB, write
+
+CONFIGMAP = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  k: v\n"
+
+
+def test_pytorchjob_typo_is_an_unknown_field_with_path_line_and_hint(trainops, tmp_path: Path):
+    job = write(tmp_path / "job.yaml", PYTORCHJOB.format(replicas_key="replica"))
+    run = trainops("validate", "--format", "json", str(job))
+    assert run.code == 1
+    report = json.loads(run.out)
+    assert report["summary"]["errors"] == 1
+    [finding] = report["findings"]
+    assert finding == {
+        "rule": "schema",
+        "severity": "error",
+        "source": f"{job}:9",
+        "resource": "PyTorchJob/ml/typo",
+        "path": "spec.pytorchReplicaSpecs.Worker.replica",
+        "message": 'unknown field "replica"',
+        "fix": 'Did you mean "replicas"?',
+    }
+
+
+def test_the_same_job_without_the_typo_is_clean(trainops, tmp_path: Path):
+    job = write(tmp_path / "job.yaml", PYTORCHJOB.format(replicas_key="replicas"))
+    run = trainops("validate", str(job))
+    assert run.code == 0, run.out
+    assert run.out.strip() == "1 target, 1 resource: 0 errors, 0 warnings, 0 info"
+
+
+def test_no_strict_accepts_unknown_fields(trainops, tmp_path: Path):
+    job = write(tmp_path / "job.yaml", PYTORCHJOB.format(replicas_key="replica"))
+    assert trainops("validate", "--no-strict", str(job)).code == 0
+
+
+def test_wrong_types_and_missing_required_fields(trainops, tmp_path: Path):
+    doc = write(
+        tmp_path / "deploy.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\nspec:\n  replicas: two\n"
+        "  template:\n    spec:\n      containers:\n      - image: nginx:1.27\n",
+    )
+    findings = json.loads(trainops("validate", "--format", "json", str(doc)).out)["findings"]
+    messages = {(f["path"], f["message"]) for f in findings}
+    assert ("spec.replicas", 'expected integer, got string "two"') in messages
+    assert ("spec.selector", 'missing required field "selector"') in messages
+    assert ("spec.template.spec.containers[0].name", 'missing required field "name"') in messages
+
+
+def test_custom_resource_metadata_is_checked_too(trainops, tmp_path: Path):
+    text = PYTORCHJOB.format(replicas_key="replicas").replace(
+        "  namespace: ml\n", "  namespace: ml\n  label:\n    a: b\n"
+    )
+    job = write(tmp_path / "job.yaml", text)
+    findings = json.loads(trainops("validate", "--format", "json", str(job)).out)["findings"]
+    assert [(f["path"], f["fix"]) for f in findings] == [
+        ("metadata.label", 'Did you mean "labels"?')
+    ]
+
+
+def test_kind_without_schema_is_an_error_unless_ignored(trainops, tmp_path: Path):
+    doc = write(
+        tmp_path / "x.yaml", "apiVersion: example.com/v1\nkind: Gadget\nmetadata:\n  name: g\n"
+    )
+    run = trainops("validate", str(doc))
+    assert run.code == 1 and "no schema for example.com/v1 Gadget" in run.out
+    assert trainops("validate", "--ignore-missing-schemas", str(doc)).code == 0
+    assert trainops("validate", "--skip", "Gadget", str(doc)).code == 0
+
+
+def test_unsupported_kubernetes_version_is_input_error(trainops, tmp_path: Path):
+    doc = write(tmp_path / "cm.yaml", CONFIGMAP.format(name="a"))
+    run = trainops("validate", "--kubernetes-version", "1.12", str(doc))
+    assert run.code == 2 and "no bundled schemas for Kubernetes 1.12" in run.err
+
+
+def test_api_removed_in_a_later_version_depends_on_kubernetes_version(trainops, tmp_path: Path):
+    doc = write(
+        tmp_path / "hpa.yaml",
+        "apiVersion: flowcontrol.apiserver.k8s.io/v1beta3\nkind: FlowSchema\nmetadata:\n"
+        "  name: f\nspec:\n  priorityLevelConfiguration:\n    name: p\n",
+    )
+    assert trainops("validate", "--kubernetes-version", "1.28", str(doc)).code == 0
+    later = trainops("validate", "--kubernetes-version", "1.32", str(doc))
+    assert later.code == 1 and "no schema for flowcontrol.apiserver.k8s.io/v1beta3" in later.out
+
+
+def test_lists_and_stdin(trainops):
+    text = (
+        "apiVersion: v1\nkind: List\nitems:\n"
+        "- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a}\n"
+        "- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: b}\n  data: {k: 1}\n"
+    )
+    run = trainops("validate", "--format", "json", "-", stdin=text)
+    report = json.loads(run.out)
+    assert report["summary"]["resources"] == 2
+    assert [f["resource"] for f in report["findings"]] == ["ConfigMap//b"]
+
+
+def test_junit_has_a_suite_per_target_and_a_case_per_resource(trainops, tmp_path: Path):
+    write(tmp_path / "a.yaml", CONFIGMAP.format(name="a") + "---\n" + CONFIGMAP.format(name="b"))
+    write(tmp_path / "b.yaml", PYTORCHJOB.format(replicas_key="replica"))
+    out = tmp_path / "report.xml"
+    run = trainops("validate", "--format", "junit", "-o", str(out), str(tmp_path))
+    assert run.code == 1 and run.out == ""
+    assert "3 resources in 2 targets: 1 errors" in run.err
+    root = ET.parse(out).getroot()
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == [str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")]
+    assert [c.get("name") for c in suites[0].findall("testcase")] == [
+        "ConfigMap//a",
+        "ConfigMap//b",
+    ]
+    [case] = suites[1].findall("testcase")
+    failure = case.find("failure")
+    assert failure is not None and failure.get("type") == "schema"
+    assert root.get("tests") == "3" and root.get("failures") == "1"
+
+
+def test_sarif_has_rule_metadata_and_physical_locations(trainops, tmp_path: Path):
+    job = write(tmp_path / "job.yaml", PYTORCHJOB.format(replicas_key="replica"))
+    sarif = json.loads(trainops("validate", "--format", "sarif", str(job)).out)
+    assert sarif["version"] == "2.1.0"
+    run = sarif["runs"][0]
+    rules = {rule["id"]: rule for rule in run["tool"]["driver"]["rules"]}
+    assert rules["schema"]["shortDescription"]["text"]
+    assert rules["schema"]["defaultConfiguration"]["level"] == "error"
+    [result] = run["results"]
+    assert result["ruleId"] == "schema" and result["level"] == "error"
+    location = result["locations"][0]["physicalLocation"]
+    assert location == {"artifactLocation": {"uri": job.as_posix()}, "region": {"startLine": 9}}
+    assert run["tool"]["driver"]["rules"][result["ruleIndex"]]["id"] == "schema"
+
+
+def test_output_is_all_or_nothing_and_exit_codes(trainops, tmp_path: Path):
+    good = write(tmp_path / "good.yaml", CONFIGMAP.format(name="a"))
+    assert trainops("validate", str(good)).code == 0
+    bad = write(tmp_path / "bad.yaml", PYTORCHJOB.format(replicas_key="replica"))
+    assert trainops("validate", str(good), str(bad)).code == 1
