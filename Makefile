@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 validate: $(STAMP)
-	$(BIN)/trainops validate
+	$(BIN)/trainops validate overlays argocd
 
 lint: $(STAMP)
 	$(BIN)/ruff check tools tests

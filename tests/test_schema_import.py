@@ -112,6 +112,13 @@ def test_extensions_validate_like_the_api_server(spec, valid):
     assert compile_variant(strict=True).is_valid(widget(**spec)) is valid
 
 
+def test_root_always_admits_apiversion_kind_and_metadata():
+    schema = {"type": "object", "properties": {"spec": {"type": "object"}}}
+    validator = jsonschema_rs.validator_for(convert(schema, strict=True))
+    assert validator.is_valid({"apiVersion": "a/v1", "kind": "K", "metadata": {}, "spec": {}})
+    assert not validator.is_valid({"apiVersion": "a/v1", "kind": "K", "status": {}})
+
+
 def test_strict_variant_closes_objects_that_list_properties():
     unknown = widget(size=1, nested={"leaf": True, "typo": 1})
     assert compile_variant(strict=False).is_valid(unknown)

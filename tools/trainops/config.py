@@ -14,6 +14,7 @@ from pathlib import Path
 from trainops.errors import InputError
 from trainops.schema.registry import DEFAULT_KUBERNETES_VERSION
 
+DEFAULT_REPO_URL = "https://github.com/example-org/trainops.git"
 # A source checkout keeps the imported CRD schemas next to the package.
 _CHECKOUT_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
@@ -24,6 +25,7 @@ class ProjectConfig:
     remote_mirror: Path | None
     schema_dir: Path | None
     kubernetes_version: str
+    repo_url: str
 
 
 def find_project_root(start: Path | None = None) -> Path | None:
@@ -63,4 +65,5 @@ def load_project_config(start: Path | None = None) -> ProjectConfig:
         remote_mirror=path_setting("remote-mirror", "TRAINOPS_REMOTE_MIRROR"),
         schema_dir=schema_dir,
         kubernetes_version=version,
+        repo_url=str(table.get("repo-url") or DEFAULT_REPO_URL),
     )

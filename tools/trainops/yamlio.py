@@ -267,9 +267,24 @@ def locate(text: str, path: tuple[str | int, ...], key: str | None = None) -> in
     return line
 
 
+class _BlockDumper(yaml.SafeDumper):
+    """Writes multi-line strings as literal blocks (`|-`), as people write them."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if "\n" in value:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
+
+
+_BlockDumper.add_representer(str, _represent_str)
+
+
 def dump(obj: Any) -> str:
     """Block-style YAML in key order, as kustomize writes it."""
-    return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, width=1_000_000)
+    return yaml.dump(
+        obj, Dumper=_BlockDumper, sort_keys=False, default_flow_style=False, width=1_000_000
+    )
 
 
 def load_yaml_mapping(text: str, where: str) -> dict[str, Any]:

@@ -34,12 +34,14 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from trainops.cli import kubeconform, render, schemas, validate
+    from trainops.cli import cluster, kubeconform, render, schemas, validate
 
     cli.add_command(render.render)
     cli.add_command(validate.validate)
     cli.add_command(schemas.schemas)
     cli.add_command(kubeconform.kubeconform)
+    cli.add_command(cluster.new_cluster)
+    cli.add_command(cluster.new_run)
 
 
 _register()

@@ -10,8 +10,12 @@ from trainops.cli.common import project_config
 from trainops.errors import InputError
 from trainops.fsutil import write_if_changed
 from trainops.render.discover import display_path
+from trainops.schema import merge_keys
 from trainops.schema.crd import NotACRD, schema_files, serialise
+from trainops.schema.registry import SchemaRegistry
 from trainops.yamlio import load_documents, read_text
+
+MERGE_KEYS_PATH = Path("base/components/merge-keys/openapi.json")
 
 
 @click.group()
@@ -74,3 +78,37 @@ def import_crds(crd_files, output_dir, check):
         f"{crds} CRDs -> {len(wanted)} schema files in {display_path(out_dir)} "
         f"({written} written, {len(wanted) - written} unchanged)."
     )
+
+
+@schemas.command("merge-keys")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help=f"Where to write the document (default: {MERGE_KEYS_PATH} in the project).",
+)
+@click.option("--kubernetes-version", help="Minor whose core definitions to use.")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if the file is out of date.")
+def merge_keys_command(output, kubernetes_version, check):
+    """Write the OpenAPI document kustomize needs to merge lists in training jobs.
+
+    Without it, a strategic-merge patch on a PyTorchJob replaces whole lists:
+    an overlay that sets one NCCL variable drops all the others. The
+    base/components/merge-keys Component points kustomize at this document
+    (core Kubernetes types with their merge keys, plus PyTorchJob, MPIJob and
+    the other training kinds).
+    """
+    config = project_config()
+    target = output or ((config.root or Path.cwd()) / MERGE_KEYS_PATH)
+    version = kubernetes_version or config.kubernetes_version
+    registry = SchemaRegistry(["default"], version, strict=False)
+    text = merge_keys.serialise(merge_keys.build(registry.core_definitions))
+    if check:
+        if not target.is_file() or target.read_text() != text:
+            click.echo(f"out of date: {display_path(target)}; run `trainops schemas merge-keys`")
+            raise SystemExit(1)
+        click.echo(f"{display_path(target)} is up to date.")
+        return
+    written = write_if_changed(target, text)
+    click.echo(f"{display_path(target)} {'written' if written else 'unchanged'}.")

@@ -68,7 +68,16 @@ def served_schemas(crd: dict[str, Any]) -> list[tuple[str, str, str, dict[str, A
 
 def convert(schema: dict[str, Any], strict: bool) -> dict[str, Any]:
     """JSON schema (draft 2020-12) for one version's openAPIV3Schema."""
-    out = _convert_node(schema, strict)
+    root = dict(schema)
+    if isinstance(root.get("properties"), dict):
+        # The API server always accepts these at the root of a custom resource,
+        # whether or not the CRD's schema lists them.
+        properties = dict(root["properties"])
+        properties.setdefault("apiVersion", {"type": "string"})
+        properties.setdefault("kind", {"type": "string"})
+        properties.setdefault("metadata", {"type": "object"})
+        root["properties"] = properties
+    out = _convert_node(root, strict)
     out["$schema"] = JSON_SCHEMA_DRAFT
     return out
 

@@ -1,0 +1,131 @@
+"""The Lua health checks of argocd/health/, run in a real Lua runtime (lupa) like Argo CD."""
+
+from __future__ import annotations
+
+import pytest
+from lupa import LuaRuntime
+
+from tests.support import REPO
+
+HEALTH = REPO / "argocd" / "health"
+
+
+def health(script: str, obj: dict) -> tuple[str, str]:
+    lua = LuaRuntime(unpack_returned_tuples=True)
+    lua.globals().obj = lua.table_from(obj, recursive=True)
+    result = lua.execute((HEALTH / script).read_text())
+    return result["status"], result["message"]
+
+
+def kubeflow_job(kind: str, *conditions: tuple[str, str, str], labels=None, suspend=False) -> dict:
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": kind,
+        "metadata": {"name": "llama", "namespace": "training", "labels": labels or {}},
+        "spec": {"runPolicy": {"suspend": suspend}},
+        "status": {
+            "conditions": [
+                {"type": t, "status": s, "reason": f"Job{t}", "message": m}
+                for t, s, m in conditions
+            ],
+            "replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 3}},
+        },
+    }
+
+
+CREATED = ("Created", "True", "PyTorchJob llama is created.")
+RUNNING = ("Running", "True", "PyTorchJob training/llama is running.")
+RUNNING_DONE = ("Running", "False", "PyTorchJob training/llama is running.")
+SUCCEEDED = ("Succeeded", "True", "PyTorchJob training/llama successfully completed.")
+FAILED = (
+    "Failed",
+    "True",
+    "PyTorchJob training/llama has failed because 1 Worker replica(s) failed.",
+)
+RESTARTING = (
+    "Restarting",
+    "True",
+    "PyTorchJob llama is restarting because 1 Worker replica(s) failed.",
+)
+SUSPENDED = ("Suspended", "True", "PyTorchJob llama is suspended.")
+
+
+@pytest.mark.parametrize("kind", ["PyTorchJob", "MPIJob", "TFJob"])
+@pytest.mark.parametrize(
+    ("conditions", "status", "words"),
+    [
+        ((), "Progressing", "Waiting for the training operator"),
+        ((CREATED,), "Progressing", "waiting for pods"),
+        ((CREATED, RUNNING), "Progressing", "is running"),
+        ((CREATED, RUNNING, RESTARTING), "Progressing", "is restarting"),
+        ((CREATED, RUNNING_DONE, SUCCEEDED), "Healthy", "successfully completed"),
+        ((CREATED, RUNNING_DONE, FAILED), "Degraded", "has failed because 1 Worker"),
+        ((CREATED, SUSPENDED), "Suspended", "suspended"),
+    ],
+)
+def test_training_operator_job_health(kind, conditions, status, words):
+    got_status, message = health("kubeflow-job.lua", kubeflow_job(kind, *conditions))
+    assert got_status == status
+    assert words in message
+
+
+def test_a_job_kueue_holds_back_is_suspended_and_says_which_queue():
+    job = kubeflow_job("PyTorchJob", labels={"kueue.x-k8s.io/queue-name": "training"}, suspend=True)
+    status, message = health("kubeflow-job.lua", job)
+    assert (status, message) == ("Suspended", "Waiting for admission in Kueue queue training")
+
+
+def test_job_without_status_at_all():
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "x"}}
+    assert health("kubeflow-job.lua", job)[0] == "Progressing"
+
+
+def trainjob(*conditions, suspend=False) -> dict:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "t"},
+        "spec": {"suspend": suspend, "runtimeRef": {"name": "torch-distributed"}},
+        "status": {
+            "conditions": [{"type": t, "status": s, "message": m} for t, s, m in conditions]
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("conditions", "suspend", "status"),
+    [
+        ((), False, "Progressing"),
+        ((("Created", "True", "JobSet created"),), False, "Progressing"),
+        ((("Created", "True", ""), ("Complete", "True", "TrainJob completed")), False, "Healthy"),
+        ((("Created", "True", ""), ("Failed", "True", "JobSet failed")), False, "Degraded"),
+        ((("Suspended", "True", "TrainJob is suspended"),), True, "Suspended"),
+        ((), True, "Suspended"),
+    ],
+)
+def test_trainjob_health(conditions, suspend, status):
+    assert health("trainjob.lua", trainjob(*conditions, suspend=suspend))[0] == status
+
+
+@pytest.mark.parametrize(
+    ("state", "status"),
+    [
+        (None, "Progressing"),
+        ("notReady", "Progressing"),
+        ("ready", "Healthy"),
+        ("disabled", "Suspended"),
+    ],
+)
+def test_clusterpolicy_health(state, status):
+    policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}}
+    if state is not None:
+        policy["status"] = {"state": state}
+    assert health("clusterpolicy.lua", policy)[0] == status
+
+
+def test_every_script_is_wired_into_argocd_cm():
+    kustomization = (REPO / "argocd" / "kustomization.yaml").read_text()
+    for kind in ("kubeflow.org_PyTorchJob", "kubeflow.org_MPIJob", "trainer.kubeflow.org_TrainJob"):
+        assert f"resource.customizations.health.{kind}=health/" in kustomization
+    for script in HEALTH.glob("*.lua"):
+        assert f"=health/{script.name}" in kustomization

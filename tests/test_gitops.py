@@ -1,0 +1,308 @@
+"""The repository's own GitOps content: it renders, validates, and keeps its promises."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support import MIRROR, REPO, write
+from trainops.config import load_project_config
+from trainops.model import Target
+from trainops.profile.model import load_profile
+from trainops.profile.overlay import generate
+from trainops.profile.projects import render_projects
+from trainops.render.engine import Renderer, RenderOptions
+
+OVERLAYS = sorted(p.parent for p in (REPO / "overlays").glob("*/cluster.yaml"))
+CLUSTERS = [p.name for p in OVERLAYS]
+
+
+# An overlay's patch that sets one NCCL variable on the Workers only.
+WORKER_NCCL_PATCH = """\
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: train
+  namespace: training
+spec:
+  pytorchReplicaSpecs:
+    Worker:
+      template:
+        spec:
+          containers:
+          - name: pytorch
+            env:
+            - name: NCCL_IB_TIMEOUT
+              value: "23"
+"""
+
+
+def kustomize(path: Path) -> list[dict]:
+    """Render with real kustomize, remote bases from the repository's mirror."""
+    renderer = Renderer(RenderOptions(mirror=MIRROR))
+    [result] = renderer.render([Target("kustomization", str(path))])
+    return [doc.obj for doc in result.documents]
+
+
+def container_env(container: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+def pod_specs(job: dict):
+    for key, value in job["spec"].items():
+        if key.endswith("ReplicaSpecs"):
+            for role, replica in value.items():
+                yield role, replica["template"]["spec"]
+
+
+def test_three_clusters_with_the_required_shapes():
+    assert CLUSTERS == ["lab-tcp", "prod-ib", "prod-roce"]
+    lab, ib, roce = (load_profile(p / "cluster.yaml") for p in OVERLAYS)
+    assert (lab.fabric, lab.network, lab.gpusPerNode) == ("tcp", "macvlan", 1)
+    assert (roce.fabric, roce.network, roce.gpusPerNode, roce.scheduler) == (
+        "roce",
+        "sriov-roce",
+        8,
+        "kueue",
+    )
+    assert roce.gidIndex is not None and roce.placement == "pack"
+    assert (ib.fabric, ib.scheduler) == ("ib", "volcano")
+    for overlay in OVERLAYS:
+        assert len(list((overlay / "runs").iterdir())) >= 1, overlay
+
+
+def test_every_overlay_run_and_argocd_validates_with_zero_errors(trainops):
+    run = trainops("validate", "--format", "json", "overlays", "argocd")
+    assert run.code == 0, run.out
+    summary = json.loads(run.out)["summary"]
+    assert summary["errors"] == 0
+    assert summary["targets"] >= 3 * 6 + 1  # platform, 4 templates and a run per cluster
+    warnings = [f for f in json.loads(run.out)["findings"] if f["severity"] == "warning"]
+    assert warnings == []  # the mirror holds every pinned remote base
+
+
+def test_an_overlay_nccl_patch_keeps_every_other_variable(tmp_path: Path):
+    """An overlay patching one NCCL variable of a job keeps the base's and fabric's others."""
+    overlay = tmp_path / "overlay"
+    template = os.path.relpath(REPO / "overlays/prod-roce/training/pytorchjob", overlay)
+    write(
+        overlay / "kustomization.yaml",
+        f"resources:\n- {template}\npatches:\n- path: nccl.yaml\n",
+    )
+    write(
+        overlay / "nccl.yaml",
+        WORKER_NCCL_PATCH,
+    )
+    [job] = kustomize(overlay)
+    specs = dict(pod_specs(job))
+    worker = container_env(specs["Worker"]["containers"][0])
+    master = container_env(specs["Master"]["containers"][0])
+    assert worker["NCCL_IB_TIMEOUT"] == "23"  # the overlay's change
+    assert master["NCCL_IB_TIMEOUT"] == "22"  # the cluster's value, untouched elsewhere
+    for name in (
+        "NCCL_DEBUG",
+        "NCCL_DEBUG_SUBSYS",
+        "NCCL_IB_DISABLE",
+        "NCCL_IB_HCA",
+        "NCCL_IB_GID_INDEX",
+        "NCCL_SOCKET_IFNAME",
+        "TRAINER_CHECKPOINT_DIR",
+    ):
+        assert name in worker, name
+    assert len(worker) == len(master)
+    assert specs["Worker"]["containers"][0]["image"].startswith("ghcr.io/")
+
+
+def test_without_the_merge_keys_component_the_same_patch_drops_variables(tmp_path: Path):
+    """The control: kustomize's default for custom resources replaces the env list."""
+    base = tmp_path / "base"
+    write(base / "kustomization.yaml", "resources:\n- job.yaml\n")
+    job = (REPO / "base/training/pytorchjob/pytorchjob.yaml").read_text()
+    write(base / "job.yaml", job)
+    overlay = tmp_path / "overlay"
+    write(overlay / "kustomization.yaml", "resources:\n- ../base\npatches:\n- path: p.yaml\n")
+    write(
+        overlay / "p.yaml",
+        WORKER_NCCL_PATCH,
+    )
+    [rendered] = kustomize(overlay)
+    worker = dict(pod_specs(rendered))["Worker"]["containers"][0]
+    assert container_env(worker) == {"NCCL_IB_TIMEOUT": "23"}
+    assert "image" not in worker  # the whole container was replaced
+    merge_keys = os.path.relpath(REPO / "base/components/merge-keys", base)
+    write(base / "kustomization.yaml", f"resources:\n- job.yaml\ncomponents:\n- {merge_keys}\n")
+    [merged] = kustomize(overlay)
+    worker = dict(pod_specs(merged))["Worker"]["containers"][0]
+    assert {"NCCL_DEBUG", "NCCL_IB_TIMEOUT"} <= set(container_env(worker))
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
+def test_mpi_launcher_forwards_every_worker_variable(cluster):
+    [job] = kustomize(REPO / "overlays" / cluster / "training" / "mpijob")
+    specs = dict(pod_specs(job))
+    launcher = specs["Launcher"]["containers"][0]
+    worker = specs["Worker"]["containers"][0]
+    command = launcher["command"]
+    forwarded = {command[i + 1] for i, arg in enumerate(command) if arg == "-x"}
+    nccl = {name for name in container_env(worker) if name.startswith(("NCCL_", "TRAINER_"))}
+    assert nccl <= forwarded
+    assert (
+        container_env(launcher).items()
+        >= {
+            k: v
+            for k, v in container_env(worker).items()
+            if k in nccl and k != "TRAINER_CHECKPOINT_DIR"
+        }.items()
+    )
+    assert "nvidia.com/gpu" not in launcher["resources"].get("limits", {})
+    profile = load_profile(REPO / "overlays" / cluster / "cluster.yaml")
+    assert job["spec"]["slotsPerWorker"] == profile.gpusPerNode
+    assert "-np" not in command
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
+def test_templates_honour_the_profile(cluster):
+    profile = load_profile(REPO / "overlays" / cluster / "cluster.yaml")
+    [job] = kustomize(REPO / "overlays" / cluster / "training" / "pytorchjob")
+    assert job["spec"]["nprocPerNode"] == str(profile.gpusPerNode)
+    for _, spec in pod_specs(job):
+        container = spec["containers"][0]
+        assert container["command"][-2].startswith("exec torchrun --module trainer")
+        limits = container["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == profile.gpusPerNode
+        assert (profile.rdmaResource in limits) == profile.rdma
+        caps = container.get("securityContext", {}).get("capabilities", {}).get("add", [])
+        assert ("IPC_LOCK" in caps) == profile.rdma
+        env = container_env(container)
+        assert env["NCCL_DEBUG"] == "INFO" and "NCCL_DEBUG_SUBSYS" in env
+        if profile.rdma:
+            assert env["NCCL_IB_HCA"] == "=" + ",".join(profile.hca)
+        shm = {v["name"]: v for v in spec["volumes"]}["dshm"]["emptyDir"]
+        assert shm == {"medium": "Memory", "sizeLimit": profile.shmSize}
+        mounts = {m["mountPath"] for m in container["volumeMounts"]}
+        assert {"/checkpoints", "/dev/shm"} <= mounts
+        assert env["TRAINER_CHECKPOINT_DIR"].startswith("/checkpoints/")
+        assert spec["terminationGracePeriodSeconds"] > 30
+
+
+def test_platform_objects_and_sync_waves():
+    docs = kustomize(REPO / "overlays" / "prod-roce")
+    by_kind = {}
+    for doc in docs:
+        by_kind.setdefault(doc["kind"], []).append(doc)
+    [nad] = by_kind["NetworkAttachmentDefinition"]
+    config = json.loads(nad["spec"]["config"])
+    assert config["plugins"][0]["type"] == "sriov"
+    assert nad["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"] == "nvidia.com/roce_vf"
+    [pvc] = by_kind["PersistentVolumeClaim"]
+    assert (
+        pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+        and pvc["spec"]["storageClassName"] == "cephfs"
+    )
+
+    def wave(doc):
+        return int(doc["metadata"].get("annotations", {}).get("argocd.argoproj.io/sync-wave", "0"))
+
+    assert {wave(d) for d in by_kind["CustomResourceDefinition"]} == {-2}
+    assert {wave(d) for d in by_kind["Deployment"]} == {-2}
+    for kind in (
+        "NetworkAttachmentDefinition",
+        "ClusterPolicy",
+        "PersistentVolumeClaim",
+        "LocalQueue",
+    ):
+        assert {wave(d) for d in by_kind[kind]} == {-1}, kind
+    for crd in by_kind["CustomResourceDefinition"]:
+        if crd["spec"]["group"] == "kubeflow.org":
+            assert (
+                "ServerSideApply=true"
+                in crd["metadata"]["annotations"]["argocd.argoproj.io/sync-options"]
+            )
+    [preflight] = [d for d in by_kind["PyTorchJob"]]
+    assert preflight["metadata"]["annotations"]["argocd.argoproj.io/hook"] == "PostSync"
+
+
+def test_volcano_cluster_turns_on_gang_scheduling_for_all_pods():
+    docs = kustomize(REPO / "overlays" / "prod-ib")
+    [operator] = [
+        d
+        for d in docs
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == "training-operator"
+    ]
+    assert (
+        "--gang-scheduler-name=volcano"
+        in operator["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    [run] = kustomize(REPO / "overlays/prod-ib/runs/cnn-mpi-1121")
+    replicas = sum(r["replicas"] for r in run["spec"]["mpiReplicaSpecs"].values())
+    assert run["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == replicas
+
+
+def test_runs_set_only_what_a_run_changes():
+    for overlay in OVERLAYS:
+        for run_dir in (overlay / "runs").iterdir():
+            kustomization = yaml.safe_load((run_dir / "kustomization.yaml").read_text())
+            assert set(kustomization) <= {"apiVersion", "kind", "resources", "images", "patches"}
+            assert kustomization["resources"][0].startswith("../../training/")
+            [job] = kustomize(run_dir)
+            assert job["metadata"]["name"] == run_dir.name
+            assert "ttlSecondsAfterFinished" not in job["spec"].get("runPolicy", {})
+
+
+def test_committed_overlays_are_exactly_what_the_profiles_generate():
+    for overlay in OVERLAYS:
+        profile = load_profile(overlay / "cluster.yaml")
+        for relative, text in generate(profile).items():
+            assert (overlay / relative).read_text() == text, f"{overlay.name}/{relative} is stale"
+
+
+def test_argocd_projects_list_every_cluster_and_every_rendered_kind():
+    config = load_project_config(REPO)
+    assert (REPO / "argocd/projects.yaml").read_text() == render_projects(config.repo_url, CLUSTERS)
+    projects = {
+        p["metadata"]["name"]: p["spec"]
+        for p in yaml.safe_load_all((REPO / "argocd/projects.yaml").read_text())
+    }
+    for spec in projects.values():
+        text = json.dumps(spec)
+        assert '"*"' not in text  # no wildcard source, destination or kind
+    platform = projects["trainops-platform"]
+    allowed = {(k["group"], k["kind"]) for k in platform["clusterResourceWhitelist"]}
+    allowed |= {(k["group"], k["kind"]) for k in platform["namespaceResourceWhitelist"]}
+    runs_allowed = {
+        (k["group"], k["kind"]) for k in projects["trainops-runs"]["namespaceResourceWhitelist"]
+    }
+    for overlay in OVERLAYS:
+        for doc in kustomize(overlay):
+            group = doc["apiVersion"].rpartition("/")[0]
+            assert (group, doc["kind"]) in allowed, (overlay.name, doc["kind"])
+            namespace = doc["metadata"].get("namespace")
+            if namespace:
+                assert {"name": overlay.name, "namespace": namespace} in platform["destinations"]
+        for run_dir in (overlay / "runs").iterdir():
+            for doc in kustomize(run_dir):
+                assert (doc["apiVersion"].rpartition("/")[0], doc["kind"]) in runs_allowed
+
+
+def test_every_repo_url_in_argocd_is_the_configured_one():
+    config = load_project_config(REPO)
+    for path in (REPO / "argocd").rglob("*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            for text in _strings(doc):
+                if "github.com" in text and text.endswith(".git"):
+                    assert text == config.repo_url, path
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)

@@ -1,0 +1,143 @@
+"""`trainops new-cluster` and `trainops new-run`: write overlays and runs from a profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from trainops.cli.common import project_config
+from trainops.errors import InputError
+from trainops.profile.model import FABRICS, FIELD_DOCS, SCHEDULERS
+from trainops.profile.runs import TEMPLATES
+from trainops.profile.writer import WriteResult, profile_values, write_cluster, write_run
+from trainops.render.discover import display_path
+from trainops.yamlio import load_yaml_mapping, read_text
+
+
+def repository_root() -> Path:
+    config = project_config()
+    return config.root or Path.cwd()
+
+
+def report(result: WriteResult) -> None:
+    for path in result.written:
+        click.echo(f"wrote    {display_path(path)}")
+    for path in result.removed:
+        click.echo(f"removed  {display_path(path)}")
+    if not result.changed:
+        click.echo(f"unchanged ({len(result.unchanged)} files already up to date)")
+
+
+@click.command("new-cluster")
+@click.argument("name")
+@click.option("--fabric", type=click.Choice(FABRICS), help=FIELD_DOCS["fabric"])
+@click.option("--gpus-per-node", type=int, help=FIELD_DOCS["gpusPerNode"])
+@click.option("--nodes", type=int, help=FIELD_DOCS["nodes"])
+@click.option("--nic", help=FIELD_DOCS["nic"])
+@click.option("--hca", multiple=True, help=FIELD_DOCS["hca"] + " (repeat or comma-separate)")
+@click.option("--gid-index", type=int, help=FIELD_DOCS["gidIndex"])
+@click.option("--rdma-resource", help=FIELD_DOCS["rdmaResource"])
+@click.option("--storage-class", help=FIELD_DOCS["storageClass"])
+@click.option("--scheduler", type=click.Choice(SCHEDULERS), help=FIELD_DOCS["scheduler"])
+@click.option("--queue", help=FIELD_DOCS["queue"])
+@click.option("--gpu-product", help=FIELD_DOCS["gpuProduct"])
+@click.option("--topology-key", help=FIELD_DOCS["topologyKey"])
+@click.option("--image", help=FIELD_DOCS["image"])
+@click.option(
+    "--from",
+    "from_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Read the profile from a YAML file (a cluster.yaml) instead of flags.",
+)
+@click.option("--force", is_flag=True, help="Replace an existing overlay's different profile.")
+def new_cluster(name, from_file, force, **flags):
+    """Create overlays/NAME/ for a GPU cluster from its profile.
+
+    Writes cluster.yaml (the profile, commented) and everything derived from
+    it: the platform kustomization with its patches (training network, storage,
+    queues), the cluster Component under training/cluster/ and the job templates
+    training/{pytorchjob,elastic,mpijob,preflight}/. argocd/projects.yaml gets
+    the new cluster as a destination; the ApplicationSets pick the overlay up
+    from its cluster.yaml with no other edit. Register the cluster in Argo CD
+    under the same NAME.
+
+    Running it again with the same settings changes nothing; different settings
+    need --force (or `trainops set NAME KEY=VALUE` for a single key).
+
+    \b
+    Example:
+      trainops new-cluster gpu-east --fabric roce --gpus-per-node 8 --nodes 4 \\
+        --hca mlx5_0 --hca mlx5_1 --gid-index 3 --rdma-resource nvidia.com/roce_vf \\
+        --storage-class cephfs --scheduler kueue --image ghcr.io/acme/trainer:1.2.0
+    """
+    if from_file is not None:
+        given = [k for k, v in flags.items() if v not in (None, ())]
+        if given:
+            raise InputError(f"--from reads the whole profile; drop --{given[0].replace('_', '-')}")
+        values = profile_values(load_yaml_mapping(read_text(from_file), str(from_file)))
+    else:
+        values = _values_from_flags(flags)
+    report(write_cluster(repository_root(), name, values, force))
+    click.echo(f"next: trainops validate overlays/{name}")
+
+
+def _values_from_flags(flags: dict) -> dict:
+    names = {
+        "fabric": "fabric",
+        "gpus_per_node": "gpusPerNode",
+        "nodes": "nodes",
+        "nic": "nic",
+        "gid_index": "gidIndex",
+        "rdma_resource": "rdmaResource",
+        "storage_class": "storageClass",
+        "scheduler": "scheduler",
+        "queue": "queue",
+        "gpu_product": "gpuProduct",
+        "topology_key": "topologyKey",
+        "image": "image",
+    }
+    values = {}
+    for flag, key in names.items():
+        if flags.get(flag) is not None:
+            values[key] = flags[flag]
+    hca = [device for entry in flags.get("hca") or () for device in entry.split(",") if device]
+    if hca:
+        values["hca"] = hca
+    for flag in ("fabric", "gpus_per_node", "nodes", "image", "storage_class"):
+        if flags.get(flag) is None:
+            raise InputError(f"--{flag.replace('_', '-')} is required (or give --from FILE)")
+    return dict(sorted(values.items(), key=lambda kv: list(FIELD_DOCS).index(kv[0])))
+
+
+@click.command("new-run", context_settings={"ignore_unknown_options": True})
+@click.argument("cluster")
+@click.argument("run")
+@click.option(
+    "--template",
+    type=click.Choice(list(TEMPLATES)),
+    default="pytorchjob",
+    show_default=True,
+    help="pytorchjob: Master + Workers; elastic: Workers that may shrink and grow; "
+    "mpijob: mpirun launcher + Workers.",
+)
+@click.option("--nodes", type=int, required=True, help="Nodes (pods) the run uses.")
+@click.option("--image", help="Trainer image for this run (tag or digest); default: the cluster's.")
+@click.option("--force", is_flag=True, help="Overwrite a run that was never synced.")
+@click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED)
+def new_run(cluster, run, template, nodes, image, force, trainer_args):
+    """Create overlays/CLUSTER/runs/RUN/: a job named RUN on the cluster's template.
+
+    Arguments after `--` are the trainer's (they replace the template's):
+
+    \b
+      trainops new-run prod-roce llama-sft-0412 --template pytorchjob --nodes 4 \\
+        -- --model gpt --dataset /data/tokens.bin --max-steps 20000
+
+    The run sets only what a run changes: its name, replicas (and for elastic
+    runs min/max and a rendezvous id; with Volcano, minAvailable), the image
+    tag and the arguments. Push the directory and Argo CD starts the run.
+    """
+    args = list(trainer_args) if trainer_args else None
+    report(write_run(repository_root(), cluster, run, template, nodes, image, args, force))
+    click.echo(f"next: trainops validate overlays/{cluster}/runs/{run}")

@@ -1,0 +1,1 @@
+"""Cluster profiles: the cluster.yaml model and the overlays and runs generated from it."""

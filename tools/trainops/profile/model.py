@@ -1,0 +1,295 @@
+"""The cluster profile (`overlays/<cluster>/cluster.yaml`): one description per GPU cluster.
+
+Everything that must agree across an overlay (the NetworkAttachmentDefinition,
+the NCCL environment, RDMA resources, GPU counts, placement, queue quotas)
+is derived from these fields. This module parses and checks a profile and
+fills in the defaults; `trainops.profile.overlay` turns it into files.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from trainops.errors import InputError
+from trainops.yamlio import load_yaml_mapping, locate
+
+API_VERSION = "trainops.dev/v1alpha1"
+KIND = "ClusterProfile"
+FABRICS = ("tcp", "roce", "ib")
+NETWORKS = {
+    "tcp": ("macvlan", "host-device"),
+    "roce": ("sriov-roce", "macvlan", "host-device"),
+    "ib": ("ib-sriov", "host-device"),
+}
+SCHEDULERS = ("default", "kueue", "volcano")
+GPUDIRECT = ("dmabuf", "peermem", "none")
+PLACEMENTS = ("pack", "spread")
+_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|Pi)?$")
+_IMAGE = re.compile(r"^[^\s@:]+(:[^\s@:/]+)?(@sha256:[0-9a-f]{64})?$")
+_NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
+
+
+@dataclass
+class ClusterProfile:
+    """A cluster as the platform team describes it; field docs are the reference."""
+
+    name: str
+    fabric: str
+    gpusPerNode: int
+    nodes: int
+    image: str
+    network: str = ""
+    nic: str = ""
+    ipRange: str = ""
+    hca: list[str] = field(default_factory=list)
+    gidIndex: int | None = None
+    rdmaResource: str = ""
+    rdmaPerPod: int = 1
+    pkey: str = "0x7fff"
+    gpudirect: str = ""
+    gpuProduct: str = ""
+    topologyKey: str = "kubernetes.io/hostname"
+    placement: str = "spread"
+    storageClass: str = ""
+    checkpointSize: str = "1Ti"
+    scheduler: str = "default"
+    queue: str = "training"
+    cpuPerPod: int = 0
+    memoryPerPod: str = ""
+    shmSize: str = ""
+    nccl: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def rdma(self) -> bool:
+        return self.fabric in ("roce", "ib")
+
+    @property
+    def image_name(self) -> str:
+        return _split_image(self.image)[0]
+
+    @property
+    def image_tag(self) -> str:
+        return _split_image(self.image)[1]
+
+    @property
+    def image_digest(self) -> str:
+        return _split_image(self.image)[2]
+
+
+# What each key means, for `trainops new-cluster --help` and docs/overlays.md.
+FIELD_DOCS = {
+    "fabric": "training network: tcp (sockets), roce or ib (RDMA)",
+    "network": "NetworkAttachmentDefinition type (default: macvlan for tcp, sriov-roce for "
+    "roce, ib-sriov for ib; host-device also possible)",
+    "nic": "host interface for macvlan (master) or host-device (device)",
+    "ipRange": "whereabouts IPAM range (CIDR) of the training network",
+    "hca": "RDMA devices NCCL may use, matched exactly (NCCL_IB_HCA)",
+    "gidIndex": "RoCE GID index (NCCL_IB_GID_INDEX; RoCEv2 over IPv4 is usually 3)",
+    "rdmaResource": "device-plugin resource of the RDMA device or VF each pod requests",
+    "rdmaPerPod": "how many of rdmaResource each pod requests",
+    "pkey": "InfiniBand partition key (ib-sriov)",
+    "gpudirect": "GPUDirect RDMA: dmabuf (open kernel modules), peermem (legacy, host "
+    "MOFED) or none",
+    "gpusPerNode": "GPUs per node; each pod takes a whole node",
+    "nodes": "GPU nodes available to training (sizes queues and defaults)",
+    "gpuProduct": "value of the nvidia.com/gpu.product node label training pods require",
+    "topologyKey": "node label naming the network locality domain (rack)",
+    "placement": "pack: prefer one locality domain per job; spread: balance across domains",
+    "storageClass": "ReadWriteMany storage class for checkpoints",
+    "checkpointSize": "size of the shared checkpoint volume",
+    "scheduler": "default, kueue (queueing, quota) or volcano (gang scheduling)",
+    "queue": "Kueue LocalQueue or Volcano Queue name",
+    "image": "trainer image, pinned by tag or digest",
+    "cpuPerPod": "CPU cores each training pod requests (default: 12 per GPU)",
+    "memoryPerPod": "memory each training pod requests (default: 96Gi per GPU)",
+    "shmSize": "size of /dev/shm (memory-backed) in each pod (default: 8Gi per GPU)",
+    "nccl": "extra NCCL_* variables for this cluster (name: value)",
+}
+
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "fabric": str,
+    "network": str,
+    "nic": str,
+    "ipRange": str,
+    "hca": list,
+    "gidIndex": int,
+    "rdmaResource": str,
+    "rdmaPerPod": int,
+    "pkey": str,
+    "gpudirect": str,
+    "gpusPerNode": int,
+    "nodes": int,
+    "gpuProduct": str,
+    "topologyKey": str,
+    "placement": str,
+    "storageClass": str,
+    "checkpointSize": str,
+    "scheduler": str,
+    "queue": str,
+    "image": str,
+    "cpuPerPod": int,
+    "memoryPerPod": str,
+    "shmSize": str,
+    "nccl": dict,
+}
+REQUIRED = ("fabric", "gpusPerNode", "nodes", "image", "storageClass")
+
+
+def _split_image(image: str) -> tuple[str, str, str]:
+    digest = ""
+    if "@" in image:
+        image, digest = image.split("@", 1)
+    name, tag = image, ""
+    if ":" in image.rsplit("/", 1)[-1]:
+        name, tag = image.rsplit(":", 1)
+    return name, tag, digest
+
+
+def quantity_bytes(value: str) -> int:
+    match = _QUANTITY.match(value)
+    if not match:
+        raise ValueError(value)
+    units = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+    return int(match.group(1)) * units[match.group(2)]
+
+
+class ProfileError(InputError):
+    """A profile problem, reported with the file, line and key."""
+
+
+def load_profile(path: Path) -> ClusterProfile:
+    text = path.read_text()
+    data = load_yaml_mapping(text, str(path))
+    return parse_profile(data, path.parent.name, str(path), text)
+
+
+def parse_profile(
+    data: dict[str, Any], name: str, where: str = "cluster.yaml", text: str | None = None
+) -> ClusterProfile:
+    """Check types, unknown keys and combinations; return the profile with defaults."""
+
+    def fail(key: str, message: str) -> ProfileError:
+        line = None
+        if text is not None:
+            found = locate(text, (), key.split(".")[0])
+            line = found + 1 if found is not None else None
+        return ProfileError(f"{key}: {message}", where, line)
+
+    if data.get("apiVersion", API_VERSION) != API_VERSION or data.get("kind", KIND) != KIND:
+        raise fail("apiVersion", f"expected apiVersion {API_VERSION} and kind {KIND}")
+    values = {k: v for k, v in data.items() if k not in ("apiVersion", "kind")}
+    for key in values:
+        if key not in _TYPES:
+            known = ", ".join(sorted(_TYPES))
+            raise fail(key, f"unknown key (known keys: {known})")
+    for key in REQUIRED:
+        if values.get(key) in (None, ""):
+            raise fail(key, "is required")
+    for key, value in values.items():
+        expected = _TYPES[key]
+        if value is None:
+            continue
+        if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise fail(key, f"must be an integer, not {value!r}")
+        if expected is not int and not isinstance(value, expected):
+            raise fail(key, f"must be a {expected.__name__}, not {value!r}")
+    if not _NAME.match(name) or len(name) > 40:
+        raise fail("name", f"cluster name {name!r} must be a DNS label of at most 40 characters")
+    profile = ClusterProfile(name=name, **{k: v for k, v in values.items() if v is not None})
+    _check(profile, fail)
+    _fill_defaults(profile)
+    return profile
+
+
+def _check(p: ClusterProfile, fail) -> None:
+    if p.fabric not in FABRICS:
+        raise fail("fabric", f"must be one of {', '.join(FABRICS)}, not {p.fabric!r}")
+    if p.network and p.network not in NETWORKS[p.fabric]:
+        allowed = ", ".join(NETWORKS[p.fabric])
+        raise fail("network", f"{p.network!r} does not carry {p.fabric}: use {allowed}")
+    network = p.network or NETWORKS[p.fabric][0]
+    if network in ("macvlan", "host-device") and not p.nic:
+        raise fail("nic", f"is required for a {network} network (the host interface to use)")
+    if p.rdma:
+        if not p.hca:
+            raise fail("hca", f"is required for the {p.fabric} fabric (NCCL_IB_HCA devices)")
+        if not p.rdmaResource:
+            raise fail("rdmaResource", f"is required for the {p.fabric} fabric")
+    else:
+        for key in ("hca", "rdmaResource", "gidIndex"):
+            if getattr(p, key):
+                raise fail(key, "only applies to RDMA fabrics (roce, ib), not tcp")
+        if p.gpudirect not in ("", "none"):
+            raise fail("gpudirect", "GPUDirect RDMA needs an RDMA fabric (roce, ib)")
+    if p.gidIndex is not None and p.fabric != "roce":
+        raise fail("gidIndex", "only applies to RoCE")
+    if p.gidIndex is not None and not 0 <= p.gidIndex <= 255:
+        raise fail("gidIndex", "must be between 0 and 255")
+    for device in p.hca:
+        if not isinstance(device, str) or not re.match(r"^[A-Za-z0-9_]+(:\d+)?$", device):
+            raise fail("hca", f"{device!r} is not a device name like mlx5_0 or mlx5_0:1")
+    if p.gpudirect and p.gpudirect not in GPUDIRECT:
+        raise fail("gpudirect", f"must be one of {', '.join(GPUDIRECT)}")
+    if p.scheduler not in SCHEDULERS:
+        raise fail("scheduler", f"must be one of {', '.join(SCHEDULERS)}, not {p.scheduler!r}")
+    if p.placement not in PLACEMENTS:
+        raise fail("placement", f"must be one of {', '.join(PLACEMENTS)}")
+    if not 1 <= p.gpusPerNode <= 16:
+        raise fail("gpusPerNode", "must be between 1 and 16")
+    if not 1 <= p.nodes <= 10000:
+        raise fail("nodes", "must be between 1 and 10000")
+    if p.rdmaPerPod < 1:
+        raise fail("rdmaPerPod", "must be at least 1")
+    if not _NAME.match(p.queue):
+        raise fail("queue", f"{p.queue!r} is not a valid object name")
+    if not _IMAGE.match(p.image):
+        raise fail("image", f"{p.image!r} is not an image reference")
+    _, tag, digest = _split_image(p.image)
+    if not digest and (not tag or tag == "latest"):
+        raise fail("image", "pin the trainer image to a release tag or a digest, not latest")
+    if p.ipRange:
+        try:
+            ipaddress.ip_network(p.ipRange)
+        except ValueError:
+            raise fail("ipRange", f"{p.ipRange!r} is not a CIDR range") from None
+    for key in ("checkpointSize", "memoryPerPod", "shmSize"):
+        value = getattr(p, key)
+        if value and not _QUANTITY.match(value):
+            raise fail(key, f"{value!r} is not a size like 64Gi")
+    memory = p.memoryPerPod or f"{96 * p.gpusPerNode}Gi"
+    shm = p.shmSize or f"{8 * p.gpusPerNode}Gi"
+    if quantity_bytes(shm) >= quantity_bytes(memory):
+        # A memory-backed emptyDir is charged to the container's memory limit.
+        raise fail(
+            "shmSize",
+            f"{shm} must stay below memoryPerPod ({memory}): /dev/shm "
+            "counts against the pod's memory limit",
+        )
+    for key, value in p.nccl.items():
+        if not _NCCL_NAME.match(str(key)):
+            raise fail(f"nccl.{key}", "NCCL variables are named NCCL_*")
+        if not isinstance(value, str | int):
+            raise fail(f"nccl.{key}", "must be a string or a number")
+
+
+def _fill_defaults(p: ClusterProfile) -> None:
+    p.network = p.network or NETWORKS[p.fabric][0]
+    if not p.ipRange:
+        p.ipRange = {"tcp": "192.168.100.0/24", "roce": "192.168.200.0/24"}.get(
+            p.fabric, "192.168.30.0/24"
+        )
+    if not p.gpudirect:
+        p.gpudirect = "dmabuf" if p.rdma else "none"
+    p.cpuPerPod = p.cpuPerPod or 12 * p.gpusPerNode
+    p.memoryPerPod = p.memoryPerPod or f"{96 * p.gpusPerNode}Gi"
+    p.shmSize = p.shmSize or f"{8 * p.gpusPerNode}Gi"
+    p.nccl = {str(k): str(v) for k, v in p.nccl.items()}
+
+
+def profile_keys() -> list[str]:
+    return [f.name for f in fields(ClusterProfile) if f.name != "name"]

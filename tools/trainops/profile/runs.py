@@ -1,0 +1,131 @@
+"""Generates a run: a kustomization on the cluster's job template that sets only
+what a run changes (name, image tag, arguments, replicas, and what follows
+from them: elastic bounds and rendezvous id, Volcano's minAvailable)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from trainops.errors import InputError
+from trainops.profile.model import ClusterProfile
+from trainops.yamlio import dump
+
+TEMPLATES = {"pytorchjob": "PyTorchJob", "elastic": "PyTorchJob", "mpijob": "MPIJob"}
+TEMPLATE_NAMES = {"pytorchjob": "train", "elastic": "train-elastic", "mpijob": "train-mpi"}
+_RUN_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+MAX_RUN_NAME = 45  # pods are named <job>-worker-<n> and must stay within 63 characters
+
+
+def check_run_name(name: str) -> None:
+    if not _RUN_NAME.match(name) or len(name) > MAX_RUN_NAME:
+        raise InputError(
+            f"run name {name!r} must be a DNS-1035 label (lowercase letters, digits, '-', "
+            f"starting with a letter) of at most {MAX_RUN_NAME} characters"
+        )
+
+
+def generate_run(
+    profile: ClusterProfile,
+    name: str,
+    template: str,
+    nodes: int,
+    image: str | None = None,
+    args: list[str] | None = None,
+) -> str:
+    """The run's kustomization.yaml."""
+    check_run_name(name)
+    if template not in TEMPLATES:
+        raise InputError(f"unknown template {template!r}: use {', '.join(TEMPLATES)}")
+    if nodes < 1 or nodes > profile.nodes:
+        raise InputError(f"--nodes must be between 1 and the cluster's {profile.nodes} nodes")
+    if template == "pytorchjob" and nodes < 2:
+        raise InputError(
+            "a pytorchjob run needs --nodes >= 2 (one Master plus Workers; Worker replicas 0 "
+            "still creates a worker in the operator); use --template elastic for one node"
+        )
+    ops: list[dict[str, Any]] = [{"op": "replace", "path": "/metadata/name", "value": name}]
+    pods = nodes
+    if template == "pytorchjob":
+        ops.append(_replace("/spec/pytorchReplicaSpecs/Worker/replicas", nodes - 1))
+        containers = [
+            "/spec/pytorchReplicaSpecs/Master/template/spec/containers/0/args",
+            "/spec/pytorchReplicaSpecs/Worker/template/spec/containers/0/args",
+        ]
+    elif template == "elastic":
+        minimum = (nodes + 1) // 2
+        ops += [
+            _replace("/spec/pytorchReplicaSpecs/Worker/replicas", nodes),
+            _replace("/spec/elasticPolicy/minReplicas", minimum),
+            _replace("/spec/elasticPolicy/maxReplicas", nodes),
+            # Each run needs its own rendezvous id; torchrun's default is "none".
+            _replace("/spec/elasticPolicy/rdzvId", name),
+        ]
+        containers = ["/spec/pytorchReplicaSpecs/Worker/template/spec/containers/0/args"]
+    else:
+        ops.append(_replace("/spec/mpiReplicaSpecs/Worker/replicas", nodes))
+        containers = ["/spec/mpiReplicaSpecs/Launcher/template/spec/containers/0/args"]
+        pods = nodes + 1
+    if profile.scheduler == "volcano":
+        # Gang scheduling: the PodGroup admits the job only when every pod fits.
+        ops.append(_replace("/spec/runPolicy/schedulingPolicy/minAvailable", pods))
+    patch = dump(ops)
+    if args is not None:
+        patch += _args_ops(containers, args)
+    doc: dict[str, Any] = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [f"../../training/{template}"],
+    }
+    if image:
+        doc["images"] = [_image_override(profile, image)]
+    doc["patches"] = [
+        {
+            "target": {"kind": TEMPLATES[template], "name": TEMPLATE_NAMES[template]},
+            "patch": patch.rstrip("\n"),
+        }
+    ]
+    header = (
+        f"# Run {name} on cluster {profile.name}: the cluster's {template} template plus\n"
+        "# what this run changes. Runs are immutable once synced: start a new run\n"
+        "# (a new directory) instead of editing this one.\n"
+    )
+    return header + dump(doc)
+
+
+def _replace(path: str, value: Any) -> dict[str, Any]:
+    return {"op": "replace", "path": path, "value": value}
+
+
+def _args_ops(paths: list[str], args: list[str]) -> str:
+    """Replace ops for the containers' args, written once through a YAML anchor."""
+    listing = "[" + ", ".join(_scalar(a) for a in args) + "]"
+    out = ""
+    for index, path in enumerate(paths):
+        value = f"&args {listing}" if index == 0 else "*args"
+        if len(paths) == 1:
+            value = listing
+        out += f"- op: replace\n  path: {path}\n  value: {value}\n"
+    return out
+
+
+def _scalar(value: str) -> str:
+    text = dump(value).strip()
+    return text.removesuffix("\n...").strip()
+
+
+def _image_override(profile: ClusterProfile, image: str) -> dict[str, Any]:
+    name, _, digest = image.partition("@")
+    tag = ""
+    if ":" in name.rsplit("/", 1)[-1]:
+        name, tag = name.rsplit(":", 1)
+    if not digest and (not tag or tag == "latest"):
+        raise InputError(f"--image {image!r}: pin the image to a release tag or a digest")
+    entry: dict[str, Any] = {"name": profile.image_name}
+    if name != profile.image_name:
+        entry["newName"] = name
+    if digest:
+        entry["digest"] = digest
+    else:
+        entry["newTag"] = tag
+    return entry

@@ -1,0 +1,172 @@
+"""Writes profiles, overlays and runs to the repository, atomically and idempotently.
+
+A new overlay is assembled in a temporary directory next to its destination
+and renamed into place, so a failure leaves nothing half-written. Existing
+overlays are updated file by file (each write atomic); generated files the
+profile no longer calls for are removed. Writing what is already there
+changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainops.errors import InputError
+from trainops.fsutil import write_if_changed
+from trainops.profile.model import API_VERSION, FIELD_DOCS, KIND, load_profile, parse_profile
+from trainops.profile.overlay import generate
+from trainops.profile.projects import render_projects
+from trainops.profile.runs import check_run_name, generate_run
+from trainops.yamlio import dump, load_yaml_mapping
+
+PROFILE = "cluster.yaml"
+GENERATED_MARK = "# Generated from cluster.yaml by trainops."
+PROJECTS = Path("argocd/projects.yaml")
+
+
+@dataclass
+class WriteResult:
+    written: list[Path] = field(default_factory=list)
+    unchanged: list[Path] = field(default_factory=list)
+    removed: list[Path] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.written or self.removed)
+
+    def merge(self, other: WriteResult) -> None:
+        self.written += other.written
+        self.unchanged += other.unchanged
+        self.removed += other.removed
+
+
+def profile_text(values: dict[str, Any]) -> str:
+    """A new cluster.yaml: each key the user gave, with a comment saying what it means."""
+    lines = [
+        "# Cluster profile: the one description of this GPU cluster. The overlay",
+        "# next to it is generated from it; change it with `trainops set` so the",
+        "# two stay in step. Keys: docs/overlays.md.",
+        f"apiVersion: {API_VERSION}",
+        f"kind: {KIND}",
+    ]
+    for key, doc in FIELD_DOCS.items():
+        if key in values and values[key] not in (None, "", [], {}):
+            lines.append(f"# {doc}")
+            lines.append(dump({key: values[key]}).rstrip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+def profile_values(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k not in ("apiVersion", "kind")}
+
+
+def write_cluster(root: Path, name: str, values: dict[str, Any], force: bool) -> WriteResult:
+    """Create or update overlays/<name>/ from profile values."""
+    directory = root / "overlays" / name
+    profile = parse_profile(dict(values), name, f"overlays/{name}/{PROFILE}")
+    existing = directory / PROFILE
+    if existing.exists():
+        current = profile_values(load_yaml_mapping(existing.read_text(), str(existing)))
+        if current != values:
+            if not force:
+                differences = ", ".join(
+                    f"{key}: {current.get(key)!r} -> {values.get(key)!r}"
+                    for key in sorted(set(current) | set(values))
+                    if current.get(key) != values.get(key)
+                )
+                raise InputError(
+                    f"overlays/{name} already exists with other settings ({differences}); "
+                    "pass --force to replace its profile, or use `trainops set`",
+                    str(existing),
+                )
+            result = WriteResult()
+            _record(result, existing, write_if_changed(existing, profile_text(values)))
+            result.merge(regenerate(root, name))
+            return result
+        return regenerate(root, name)
+    files = {PROFILE: profile_text(values), **generate(profile)}
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=directory.parent))
+    try:
+        for relative, text in files.items():
+            target = staging / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        os.rename(staging, directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    result = WriteResult(written=[directory / relative for relative in files])
+    result.merge(sync_projects(root))
+    return result
+
+
+def regenerate(root: Path, name: str) -> WriteResult:
+    """Bring overlays/<name>/ in line with its cluster.yaml."""
+    directory = root / "overlays" / name
+    profile = load_profile(directory / PROFILE)
+    files = generate(profile)
+    result = WriteResult()
+    for relative, text in files.items():
+        path = directory / relative
+        _record(result, path, write_if_changed(path, text))
+    wanted = {directory / relative for relative in files}
+    for path in sorted(directory.rglob("*.yaml")):
+        if "runs" in path.relative_to(directory).parts or path in wanted:
+            continue
+        if path.name != PROFILE and path.read_text().startswith(GENERATED_MARK):
+            path.unlink()
+            result.removed.append(path)
+    result.merge(sync_projects(root))
+    return result
+
+
+def sync_projects(root: Path) -> WriteResult:
+    """Rewrite argocd/projects.yaml for the clusters under overlays/."""
+    from trainops.config import load_project_config
+
+    result = WriteResult()
+    path = root / PROJECTS
+    if not path.parent.is_dir():
+        return result
+    clusters = sorted(p.parent.name for p in (root / "overlays").glob(f"*/{PROFILE}"))
+    repo_url = load_project_config(root).repo_url
+    _record(result, path, write_if_changed(path, render_projects(repo_url, clusters)))
+    return result
+
+
+def write_run(
+    root: Path,
+    cluster: str,
+    run: str,
+    template: str,
+    nodes: int,
+    image: str | None,
+    args: list[str] | None,
+    force: bool,
+) -> WriteResult:
+    check_run_name(run)
+    overlay = root / "overlays" / cluster
+    if not (overlay / PROFILE).is_file():
+        raise InputError(f"no cluster {cluster!r}: overlays/{cluster}/{PROFILE} does not exist")
+    profile = load_profile(overlay / PROFILE)
+    text = generate_run(profile, run, template, nodes, image, args)
+    path = overlay / "runs" / run / "kustomization.yaml"
+    if path.exists() and path.read_text() != text and not force:
+        raise InputError(
+            f"run {run} already exists with other settings; runs are immutable once "
+            "synced: pick a new run name (or --force if it was never synced)",
+            str(path),
+        )
+    result = WriteResult()
+    _record(result, path, write_if_changed(path, text))
+    return result
+
+
+def _record(result: WriteResult, path: Path, written: bool) -> None:
+    (result.written if written else result.unchanged).append(path)
