@@ -1,0 +1,31 @@
+"""`python -m tests.bench`: run every benchmark and print the ratios.
+
+Results also go to bench-results/results.json. Speed is only ever compared
+within one run on one machine; no absolute target is asserted anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tests.bench import validate_bench
+
+RESULTS = Path("bench-results")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--copies", type=int, default=4, help="copies of each cluster overlay")
+    parser.add_argument("--only", choices=["validate", "schema"], help="run one section")
+    options = parser.parse_args()
+    results: dict = {}
+    if options.only in (None, "validate", "schema"):
+        results.update(validate_bench.run(options.copies, options.only))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nresults: {RESULTS / 'results.json'}")
+
+
+main()
