@@ -23,12 +23,12 @@ validate: $(STAMP)
 	$(BIN)/trainops validate overlays argocd
 
 lint: $(STAMP)
-	$(BIN)/ruff check tools tests
-	$(BIN)/ruff format --check tools tests
+	$(BIN)/ruff check tools tests policies
+	$(BIN)/ruff format --check tools tests policies
 
 format: $(STAMP)
-	$(BIN)/ruff format tools tests
-	$(BIN)/ruff check --fix tools tests
+	$(BIN)/ruff format tools tests policies
+	$(BIN)/ruff check --fix tools tests policies
 
 test: validate lint
 	$(BIN)/pytest

@@ -34,7 +34,7 @@ GENUINE_ERRORS = {
 
 
 def test_corpus_validates_without_crashes_and_only_genuine_errors(trainops):
-    run = trainops("validate", "--format", "json", str(EXAMPLES))
+    run = trainops("validate", "--no-policies", "--format", "json", str(EXAMPLES))
     assert run.code == 1, run.err
     assert "Traceback" not in run.err
     report = json.loads(run.out)
@@ -66,3 +66,62 @@ def test_corpus_through_the_kubeconform_front_end(trainops):
     assert run.out.splitlines()[-1] == (
         "Summary: 33 resources found in 31 files - Valid: 32, Invalid: 1, Errors: 0, Skipped: 0"
     )
+
+
+# Policy errors on the corpus, reviewed: every image is :latest; the GPU examples keep
+# the 64 MiB /dev/shm; two elastic examples share torchrun's default rendezvous id
+# "none"; the DeepSpeed demo checkpoints into the container filesystem
+# (--checkpoint_dir /root/deepspeed_data, not a mount). CPU-only examples get no
+# NCCL, /dev/shm or checkpoint findings.
+_LATEST = ("image-pinned",)
+POLICY_ERRORS = {
+    ("jax/cpu-demo/demo.yaml", _LATEST),
+    ("jax/jax-dist-spmd-mnist/jaxjob_dist_spmd_mnist_gloo.yaml", _LATEST),
+    (
+        "pytorch/deepspeed-demo/pytorch_deepspeed_demo.yaml",
+        ("checkpoint-dir-not-mounted", "dev-shm-missing", "image-pinned"),
+    ),
+    ("pytorch/elastic/echo/echo.yaml", ("elastic-rdzv-id", "image-pinned")),
+    ("pytorch/elastic/etcd.yaml", _LATEST),
+    ("pytorch/elastic/imagenet/imagenet.yaml", ("elastic-rdzv-id", "image-pinned")),
+    ("pytorch/mnist/v1/pytorch_job_mnist_gloo.yaml", ("dev-shm-missing", "image-pinned")),
+    ("pytorch/mnist/v1/pytorch_job_mnist_mpi.yaml", ("dev-shm-missing", "image-pinned")),
+    ("pytorch/mnist/v1/pytorch_job_mnist_nccl.yaml", ("dev-shm-missing", "image-pinned")),
+    ("pytorch/smoke-dist/pytorch_job_sendrecv.yaml", _LATEST),
+    ("tensorflow/dist-mnist/tf_job_mnist.yaml", _LATEST),
+    (
+        "tensorflow/distribution_strategy/multi_worker_tfjob.yaml",
+        ("dev-shm-missing", "image-pinned"),
+    ),
+    ("tensorflow/mnist_with_summaries/tf_job_mnist.yaml", _LATEST),
+    ("tensorflow/simple.yaml", _LATEST),
+    ("xgboost/smoke-dist/xgboostjob_v1_rabit_test.yaml", _LATEST),
+    ("xgboost/smoke-dist/xgboostjob_v1alpha1_rabit_test.yaml", _LATEST),
+    ("xgboost/xgboost-dist/xgboostjob_v1_iris_predict.yaml", _LATEST),
+    ("xgboost/xgboost-dist/xgboostjob_v1_iris_predict_local.yaml", _LATEST),
+    ("xgboost/xgboost-dist/xgboostjob_v1_iris_train.yaml", _LATEST),
+    ("xgboost/xgboost-dist/xgboostjob_v1_iris_train_local.yaml", _LATEST),
+    ("xgboost/xgboostjob.yaml", _LATEST),
+}
+
+
+def test_policy_findings_on_the_corpus_are_the_reviewed_ones(trainops):
+    run = trainops("validate", "--format", "json", str(EXAMPLES))
+    assert run.code == 1 and "Traceback" not in run.err
+    findings = json.loads(run.out)["findings"]
+    errors = {
+        (f["source"].split(":")[0].split("examples/", 1)[1], f["rule"])
+        for f in findings
+        if f["severity"] == "error" and f["rule"] != "schema"
+    }
+    assert errors == {(path, rule) for path, rules in POLICY_ERRORS for rule in rules}
+    warnings = {f["rule"] for f in findings if f["severity"] == "warning"}
+    assert warnings == {
+        "checkpoint-missing",
+        "dev-shm-not-memory",
+        "gpu-node-placement",
+        "grace-period-short",
+        "nccl-transport-evidence",
+        "resources-set",
+        "restart-budget",
+    }

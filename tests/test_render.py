@@ -31,7 +31,7 @@ def tree(tmp_path: Path) -> Path:
         root / "overlays" / "lab" / "kustomization.yaml",
         "resources:\n- ../../base\ncomponents:\n- ../../comp\nnamePrefix: lab-\n",
     )
-    write(root / "overlays" / "lab" / "cluster.yaml", "fabric: tcp\n")
+    write(root / "overlays" / "lab" / "values.yaml", "fabric: tcp\n")
     write(root / "overlays" / "lab" / "patches" / "p.yaml", "kind: ConfigMap\n")
     write(
         root / "overlays" / "lab" / "runs" / "r1" / "kustomization.yaml",

@@ -1,4 +1,8 @@
-"""`trainops validate`: strict schema checks, findings, reports and exit codes."""
+"""`trainops validate`: strict schema checks, findings, reports and exit codes.
+
+These tests are about the schema check, so they run with --no-policies; the policy
+pack has its own tests under tests/policies.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ CONFIGMAP = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n
 
 def test_pytorchjob_typo_is_an_unknown_field_with_path_line_and_hint(trainops, tmp_path: Path):
     job = write(tmp_path / "job.yaml", PYTORCHJOB.format(replicas_key="replica"))
-    run = trainops("validate", "--format", "json", str(job))
+    run = trainops("validate", "--no-policies", "--format", "json", str(job))
     assert run.code == 1
     report = json.loads(run.out)
     assert report["summary"]["errors"] == 1
@@ -31,14 +35,14 @@ def test_pytorchjob_typo_is_an_unknown_field_with_path_line_and_hint(trainops, t
 
 def test_the_same_job_without_the_typo_is_clean(trainops, tmp_path: Path):
     job = write(tmp_path / "job.yaml", PYTORCHJOB.format(replicas_key="replicas"))
-    run = trainops("validate", str(job))
+    run = trainops("validate", "--no-policies", str(job))
     assert run.code == 0, run.out
     assert run.out.strip() == "1 target, 1 resource: 0 errors, 0 warnings, 0 info"
 
 
 def test_no_strict_accepts_unknown_fields(trainops, tmp_path: Path):
     job = write(tmp_path / "job.yaml", PYTORCHJOB.format(replicas_key="replica"))
-    assert trainops("validate", "--no-strict", str(job)).code == 0
+    assert trainops("validate", "--no-policies", "--no-strict", str(job)).code == 0
 
 
 def test_wrong_types_and_missing_required_fields(trainops, tmp_path: Path):
@@ -47,7 +51,7 @@ def test_wrong_types_and_missing_required_fields(trainops, tmp_path: Path):
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\nspec:\n  replicas: two\n"
         "  template:\n    spec:\n      containers:\n      - image: nginx:1.27\n",
     )
-    findings = json.loads(trainops("validate", "--format", "json", str(doc)).out)["findings"]
+    findings = json.loads(trainops("validate", "--no-policies", "--format", "json", str(doc)).out)["findings"]
     messages = {(f["path"], f["message"]) for f in findings}
     assert ("spec.replicas", 'expected integer, got string "two"') in messages
     assert ("spec.selector", 'missing required field "selector"') in messages
@@ -59,7 +63,7 @@ def test_custom_resource_metadata_is_checked_too(trainops, tmp_path: Path):
         "  namespace: ml\n", "  namespace: ml\n  label:\n    a: b\n"
     )
     job = write(tmp_path / "job.yaml", text)
-    findings = json.loads(trainops("validate", "--format", "json", str(job)).out)["findings"]
+    findings = json.loads(trainops("validate", "--no-policies", "--format", "json", str(job)).out)["findings"]
     assert [(f["path"], f["fix"]) for f in findings] == [
         ("metadata.label", 'Did you mean "labels"?')
     ]
@@ -69,15 +73,15 @@ def test_kind_without_schema_is_an_error_unless_ignored(trainops, tmp_path: Path
     doc = write(
         tmp_path / "x.yaml", "apiVersion: example.com/v1\nkind: Gadget\nmetadata:\n  name: g\n"
     )
-    run = trainops("validate", str(doc))
+    run = trainops("validate", "--no-policies", str(doc))
     assert run.code == 1 and "no schema for example.com/v1 Gadget" in run.out
-    assert trainops("validate", "--ignore-missing-schemas", str(doc)).code == 0
-    assert trainops("validate", "--skip", "Gadget", str(doc)).code == 0
+    assert trainops("validate", "--no-policies", "--ignore-missing-schemas", str(doc)).code == 0
+    assert trainops("validate", "--no-policies", "--skip", "Gadget", str(doc)).code == 0
 
 
 def test_unsupported_kubernetes_version_is_input_error(trainops, tmp_path: Path):
     doc = write(tmp_path / "cm.yaml", CONFIGMAP.format(name="a"))
-    run = trainops("validate", "--kubernetes-version", "1.12", str(doc))
+    run = trainops("validate", "--no-policies", "--kubernetes-version", "1.12", str(doc))
     assert run.code == 2 and "no bundled schemas for Kubernetes 1.12" in run.err
 
 
@@ -87,8 +91,8 @@ def test_api_removed_in_a_later_version_depends_on_kubernetes_version(trainops, 
         "apiVersion: flowcontrol.apiserver.k8s.io/v1beta3\nkind: FlowSchema\nmetadata:\n"
         "  name: f\nspec:\n  priorityLevelConfiguration:\n    name: p\n",
     )
-    assert trainops("validate", "--kubernetes-version", "1.28", str(doc)).code == 0
-    later = trainops("validate", "--kubernetes-version", "1.32", str(doc))
+    assert trainops("validate", "--no-policies", "--kubernetes-version", "1.28", str(doc)).code == 0
+    later = trainops("validate", "--no-policies", "--kubernetes-version", "1.32", str(doc))
     assert later.code == 1 and "no schema for flowcontrol.apiserver.k8s.io/v1beta3" in later.out
 
 
@@ -98,7 +102,7 @@ def test_lists_and_stdin(trainops):
         "- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a}\n"
         "- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: b}\n  data: {k: 1}\n"
     )
-    run = trainops("validate", "--format", "json", "-", stdin=text)
+    run = trainops("validate", "--no-policies", "--format", "json", "-", stdin=text)
     report = json.loads(run.out)
     assert report["summary"]["resources"] == 2
     assert [f["resource"] for f in report["findings"]] == ["ConfigMap//b"]
@@ -108,7 +112,7 @@ def test_junit_has_a_suite_per_target_and_a_case_per_resource(trainops, tmp_path
     write(tmp_path / "a.yaml", CONFIGMAP.format(name="a") + "---\n" + CONFIGMAP.format(name="b"))
     write(tmp_path / "b.yaml", PYTORCHJOB.format(replicas_key="replica"))
     out = tmp_path / "report.xml"
-    run = trainops("validate", "--format", "junit", "-o", str(out), str(tmp_path))
+    run = trainops("validate", "--no-policies", "--format", "junit", "-o", str(out), str(tmp_path))
     assert run.code == 1 and run.out == ""
     assert "3 resources in 2 targets: 1 errors" in run.err
     root = ET.parse(out).getroot()
@@ -126,7 +130,7 @@ def test_junit_has_a_suite_per_target_and_a_case_per_resource(trainops, tmp_path
 
 def test_sarif_has_rule_metadata_and_physical_locations(trainops, tmp_path: Path):
     job = write(tmp_path / "job.yaml", PYTORCHJOB.format(replicas_key="replica"))
-    sarif = json.loads(trainops("validate", "--format", "sarif", str(job)).out)
+    sarif = json.loads(trainops("validate", "--no-policies", "--format", "sarif", str(job)).out)
     assert sarif["version"] == "2.1.0"
     run = sarif["runs"][0]
     rules = {rule["id"]: rule for rule in run["tool"]["driver"]["rules"]}
@@ -141,6 +145,6 @@ def test_sarif_has_rule_metadata_and_physical_locations(trainops, tmp_path: Path
 
 def test_output_is_all_or_nothing_and_exit_codes(trainops, tmp_path: Path):
     good = write(tmp_path / "good.yaml", CONFIGMAP.format(name="a"))
-    assert trainops("validate", str(good)).code == 0
+    assert trainops("validate", "--no-policies", str(good)).code == 0
     bad = write(tmp_path / "bad.yaml", PYTORCHJOB.format(replicas_key="replica"))
-    assert trainops("validate", str(good), str(bad)).code == 1
+    assert trainops("validate", "--no-policies", str(good), str(bad)).code == 1

@@ -18,10 +18,12 @@ RESULTS = Path("bench-results")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--copies", type=int, default=4, help="copies of each cluster overlay")
-    parser.add_argument("--only", choices=["validate", "schema"], help="run one section")
+    parser.add_argument(
+        "--only", choices=["validate", "schema", "policies"], help="run one section"
+    )
     options = parser.parse_args()
     results: dict = {}
-    if options.only in (None, "validate", "schema"):
+    if options.only in (None, "validate", "schema", "policies"):
         results.update(validate_bench.run(options.copies, options.only))
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "results.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -28,7 +28,7 @@ K8S_VERSION = "1.35"
 
 def build_workspace(copies: int) -> Path:
     work = Path(tempfile.mkdtemp(prefix="trainops-bench-"))
-    for name in ("base", "schemas"):
+    for name in ("base", "schemas", "policies"):
         shutil.copytree(REPO / name, work / name)
     shutil.copy(REPO / "pyproject.toml", work / "pyproject.toml")
     for cluster in sorted((REPO / "overlays").iterdir()):
@@ -89,11 +89,11 @@ def time_peer(dirs: list[Path], workers: int) -> tuple[float, list[int]]:
     return time.perf_counter() - start, codes
 
 
-def time_trainops(work: Path, cache: Path) -> tuple[float, int]:
+def time_trainops(work: Path, cache: Path, *flags: str) -> tuple[float, int]:
     env = dict(os.environ, TRAINOPS_CACHE_DIR=str(cache))
     start = time.perf_counter()
     done = subprocess.run(
-        [str(VENV_BIN / "trainops"), "validate", "overlays", "--format", "json"],
+        [str(VENV_BIN / "trainops"), "validate", "overlays", "--format", "json", *flags],
         cwd=work,
         env=env,
         capture_output=True,
@@ -185,6 +185,8 @@ def run(copies: int, only: str | None) -> dict:
             results["validate"] = _validate_section(work, dirs)
         if only in (None, "schema"):
             results["schema"] = _schema_section(work)
+        if only in (None, "policies"):
+            results["policies"] = _policy_section(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return results
@@ -261,3 +263,24 @@ def _schema_section(work: Path) -> dict:
     )
     print(f"  all {len(chunks)} documents, with the 600 KB CRDs: trainops {ours_all:8.0f}/s")
     return figures
+
+
+def _policy_section(work: Path) -> dict:
+    """Cost of the policy pack: validate with and without it, both from an empty cache."""
+    timings: dict[str, list[float]] = {"with": [], "without": []}
+    for _ in range(2):
+        for label, flags in (("without", ("--no-policies",)), ("with", ())):
+            cache = Path(tempfile.mkdtemp(prefix="trainops-bench-cache-"))
+            try:
+                seconds, code = time_trainops(work, cache, *flags)
+                assert code == 0
+                timings[label].append(seconds)
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
+    without, with_ = min(timings["without"]), min(timings["with"])
+    overhead = (with_ - without) / without * 100
+    print("\n== policy pack overhead (empty cache, best of 2)")
+    print(f"  schema only: {without:6.2f} s   schema + policies: {with_:6.2f} s   "
+          f"-> {overhead:+.1f}%")
+    return {"schema_only_s": round(without, 2), "with_policies_s": round(with_, 2),
+            "overhead_percent": round(overhead, 1)}

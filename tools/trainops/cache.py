@@ -7,6 +7,7 @@ input changes the key. Entries are written atomically and never updated.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -68,6 +69,17 @@ class FileHasher:
         with self._lock:
             self._known[memo_key] = digest
         return digest
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """Hash of trainops' own source, so cached results never outlive a code change."""
+    package = Path(__file__).resolve().parent
+    hasher = hashlib.sha256(__version__.encode())
+    for path in sorted(package.rglob("*.py")):
+        hasher.update(str(path.relative_to(package)).encode())
+        hasher.update(path.read_bytes())
+    return hasher.hexdigest()
 
 
 def digest(*parts: str) -> str:

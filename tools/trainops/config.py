@@ -15,8 +15,9 @@ from trainops.errors import InputError
 from trainops.schema.registry import DEFAULT_KUBERNETES_VERSION
 
 DEFAULT_REPO_URL = "https://github.com/example-org/trainops.git"
-# A source checkout keeps the imported CRD schemas next to the package.
-_CHECKOUT_SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+# A source checkout keeps the imported CRD schemas and the policy pack next to
+# the package; they are the defaults outside a project with [tool.trainops].
+_CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class ProjectConfig:
     schema_dir: Path | None
     kubernetes_version: str
     repo_url: str
+    policy_pack: Path | None
 
 
 def find_project_root(start: Path | None = None) -> Path | None:
@@ -55,8 +57,11 @@ def load_project_config(start: Path | None = None) -> ProjectConfig:
         return (root / str(value)) if (value and root is not None) else None
 
     schema_dir = path_setting("schema-dir", "TRAINOPS_SCHEMA_DIR")
-    if schema_dir is None and _CHECKOUT_SCHEMAS.is_dir():
-        schema_dir = _CHECKOUT_SCHEMAS
+    if schema_dir is None and (_CHECKOUT / "schemas").is_dir():
+        schema_dir = _CHECKOUT / "schemas"
+    policy_pack = path_setting("policies", "TRAINOPS_POLICIES")
+    if policy_pack is None and (_CHECKOUT / "policies" / "__init__.py").is_file():
+        policy_pack = _CHECKOUT / "policies"
     version = os.environ.get("TRAINOPS_KUBERNETES_VERSION") or str(
         table.get("kubernetes-version") or DEFAULT_KUBERNETES_VERSION
     )
@@ -66,4 +71,5 @@ def load_project_config(start: Path | None = None) -> ProjectConfig:
         schema_dir=schema_dir,
         kubernetes_version=version,
         repo_url=str(table.get("repo-url") or DEFAULT_REPO_URL),
+        policy_pack=policy_pack,
     )

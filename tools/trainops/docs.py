@@ -1,7 +1,8 @@
 """Generates the reference parts of docs/ from the code, so they cannot drift.
 
-`python -m trainops.docs` rewrites docs/cli.md (every command's --help) and the
-profile key table in docs/overlays.md (between its GENERATED markers);
+`python -m trainops.docs` rewrites docs/cli.md (every command's --help),
+docs/policies.md (every rule's id, severity, why and fix) and the profile key
+table in docs/overlays.md (between its GENERATED markers);
 `--check` only reports what is stale. tests/test_docs.py runs the check.
 """
 
@@ -63,6 +64,37 @@ def profile_table() -> str:
     return "\n".join(rows)
 
 
+def policy_reference(pack: Path) -> str:
+    from trainops.policy.engine import EXEMPT_PREFIX
+    from trainops.policy.settings import load_pack
+    from trainops.rules import catalog
+
+    load_pack(pack)
+    rules = sorted(catalog().values(), key=lambda r: (r.category != "builtin", r.id))
+    lines = [
+        "# Policy reference",
+        "",
+        "Generated from the rules by `python -m trainops.docs`; do not edit. `trainops policies",
+        "explain ID` prints the same text. `trainops validate` runs every rule after the schema",
+        "check; runs and job templates of a cluster are checked together with that cluster's",
+        "platform (networks, volumes, queues) and profile.",
+        "",
+        "Exempt one resource with an annotation that gives the reason,",
+        f"`{EXEMPT_PREFIX}<rule-id>: <why>`, or several resources until a date in",
+        "`policies/config.yaml`, which also overrides severities (`off` disables a rule).",
+        "",
+        "| Rule | Severity | Checks |",
+        "|---|---|---|",
+    ]
+    lines += [f"| [`{r.id}`](#{r.id}) | {r.severity} | {r.title} |" for r in rules]
+    for rule in rules:
+        lines += ["", f"## {rule.id}", "", f"**{rule.title}** ({rule.severity})", ""]
+        if rule.kinds:
+            lines += [f"Applies to: {', '.join(rule.kinds)}.", ""]
+        lines += [f"Why: {rule.why}", "", f"Fix: {rule.fix}"]
+    return "\n".join(lines) + "\n"
+
+
 def splice(text: str, name: str, body: str) -> str:
     begin, end = BEGIN.format(name=name), END.format(name=name)
     head, found, rest = text.partition(begin)
@@ -79,6 +111,7 @@ def targets(root: Path) -> dict[Path, Callable[[str], str]]:
     return {
         root / "docs" / "cli.md": lambda _: cli_reference() + "\n",
         root / "docs" / "overlays.md": lambda text: splice(text, "profile keys", profile_table()),
+        root / "docs" / "policies.md": lambda _: policy_reference(root / "policies"),
     }
 
 

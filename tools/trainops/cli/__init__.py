@@ -34,7 +34,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from trainops.cli import cluster, kubeconform, render, schemas, validate
+    from trainops.cli import cluster, kubeconform, policies, render, schemas, validate
 
     cli.add_command(render.render)
     cli.add_command(validate.validate)
@@ -42,6 +42,7 @@ def _register() -> None:
     cli.add_command(kubeconform.kubeconform)
     cli.add_command(cluster.new_cluster)
     cli.add_command(cluster.new_run)
+    cli.add_command(policies.policies)
 
 
 _register()

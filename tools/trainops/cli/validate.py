@@ -59,6 +59,17 @@ from trainops.schema.registry import DEFAULT_KUBERNETES_VERSION, crd_location
     multiple=True,
     help="Kind (or apiVersion/Kind) to leave unchecked; repeatable.",
 )
+@click.option(
+    "--policies/--no-policies",
+    default=True,
+    show_default=True,
+    help="Run the training-aware policy pack after the schema check.",
+)
+@click.option(
+    "--policy-config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Severity overrides and exemptions (default: config.yaml of the policy pack).",
+)
 def validate(
     paths,
     jobs,
@@ -73,6 +84,8 @@ def validate(
     ignore_missing_schemas,
     strict,
     skip,
+    policies,
+    policy_config,
 ):
     """Render PATHS (default: overlays/) and check every resource.
 
@@ -80,7 +93,12 @@ def validate(
     against the strict schema of its kind: core kinds against the Kubernetes
     schemas bundled for --kubernetes-version, custom resources against the
     schemas imported from their CRDs (schemas/). Unknown fields, wrong types,
-    missing required fields and kinds without a schema are errors.
+    missing required fields and kinds without a schema are errors. Then the
+    policy pack (policies/, `trainops policies list`) checks what schemas
+    cannot: NCCL settings against the pod's networks, volumes shared by
+    replicas, launch arguments against replicas, and more. Runs and job
+    templates inside a cluster overlay are checked together with that cluster's
+    platform (its networks, volumes and queues).
 
     Exit codes: 0 clean (warnings allowed), 1 error findings, 2 unreadable
     input (bad YAML, missing path, kustomize failure), reported on one line.
@@ -99,6 +117,10 @@ def validate(
         strict=strict,
         ignore_missing_schemas=ignore_missing_schemas,
         skip=tuple(skip),
+        policy_pack=config.policy_pack if policies else None,
+        policy_config=(policy_config or (config.policy_pack / "config.yaml"))
+        if policies and config.policy_pack
+        else None,
     )
     report = Validation(renderer, options, cache).run(find_targets(paths, config))
     render_report = reporter(fmt)

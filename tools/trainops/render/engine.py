@@ -18,8 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainops import __version__
-from trainops.cache import Cache, FileHasher, digest
+from trainops.cache import Cache, FileHasher, code_fingerprint, digest
 from trainops.errors import InputError
 from trainops.model import WARNING, Document, Finding, Target
 from trainops.render import kustomize
@@ -91,7 +90,7 @@ class Renderer:
             text = stdin_text or ""
         else:
             text = read_text(target.path, self.options.max_file_bytes)
-        return Plan(target, digest(__version__, "file", text), text=text)
+        return Plan(target, digest(code_fingerprint(), "file", text), text=text)
 
     def render_plan(self, plan: Plan) -> RenderResult:
         target = plan.target
@@ -113,7 +112,7 @@ class Renderer:
         return RenderResult(target, documents, plan.key, text, findings, plan.inputs)
 
     def _key(self, graph: InputGraph) -> str:
-        parts = [__version__, kustomize.tool_fingerprint(), str(self.options.allow_network)]
+        parts = [code_fingerprint(), kustomize.tool_fingerprint(), str(self.options.allow_network)]
         for path in sorted(graph.files):
             parts += [os.path.relpath(path, graph.root), self.hash_file(path)]
         for use in graph.remotes:

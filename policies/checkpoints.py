@@ -1,0 +1,160 @@
+"""Checkpoints: on storage that survives the node, shared by every replica, in time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from trainops.model import ERROR, WARNING, Document
+from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
+from trainops.policy.pods import PodTemplate
+
+from . import common
+
+CHECKPOINT_PATHS = ("/checkpoints", "/checkpoint", "/ckpt", "/ckpts")
+
+
+def _checkpoint_mounts(pod: PodTemplate) -> Iterator[tuple[int, dict, dict | None]]:
+    """(container index, mount, volume) for mounts that hold checkpoints."""
+    for index, container in enumerate(pod.containers):
+        dirs = [d for d, _ in common.checkpoint_dirs(container)]
+        for mount in container.get("volumeMounts") or []:
+            path = str(mount.get("mountPath", "")).rstrip("/")
+            holds = path in CHECKPOINT_PATHS or any(
+                d == path or d.startswith(path + "/") for d in dirs
+            )
+            if holds and path not in ("", "/dev/shm"):
+                yield index, mount, pod.volume(str(mount.get("name")))
+
+
+@pod_rule(
+    id="checkpoint-missing",
+    severity=WARNING,
+    title="Multi-node GPU jobs write checkpoints to a volume",
+    why="Failures are a matter of when at multi-node scale (GPU Xid errors, NIC and node "
+    "failures, OOM kills); a job without checkpoints restarts from step 0 and loses every "
+    "GPU-hour so far.",
+    fix="Mount a ReadWriteMany PVC (e.g. at /checkpoints) and point the trainer at it "
+    "(TRAINER_CHECKPOINT_DIR or --checkpoint-dir).",
+)
+def checkpoint_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    if not pod.uses_gpus or pod.partial or not common.multi_node(pod, ctx):
+        return
+    if not any(True for _ in _checkpoint_mounts(pod)):
+        yield Violation("no checkpoint volume and no checkpoint directory", pod.path)
+
+
+@pod_rule(
+    id="checkpoint-volume-ephemeral",
+    severity=ERROR,
+    title="Checkpoints live on persistent storage",
+    why="An emptyDir disappears with the pod and a hostPath stays on one node: after the "
+    "failure a checkpoint exists to survive, the restarted job finds nothing to resume from.",
+    fix="Back the checkpoint mount with a PersistentVolumeClaim (ReadWriteMany).",
+)
+def ephemeral(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for _, mount, volume in _checkpoint_mounts(pod):
+        if volume is None:
+            continue
+        for kind in ("emptyDir", "hostPath"):
+            if kind in volume:
+                at = (*pod.path, "volumes", pod.volumes().index(volume))
+                yield Violation(
+                    f"checkpoints at {mount.get('mountPath')} are on a {kind} volume "
+                    f"({volume.get('name')})",
+                    at,
+                )
+
+
+@pod_rule(
+    id="pvc-shared-rwo",
+    severity=ERROR,
+    title="A volume shared by several replicas can attach to several nodes",
+    why="A ReadWriteOnce volume attaches to one node: replicas on other nodes wait in "
+    "ContainerCreating, or (same node) write the same files without coordination.",
+    fix="Use a ReadWriteMany storage class for volumes every replica mounts.",
+)
+def shared_rwo(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    if not common.multi_node(pod, ctx):
+        return
+    for volume in pod.volumes():
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if not claim:
+            continue
+        if (volume.get("persistentVolumeClaim") or {}).get("readOnly"):
+            continue
+        pvc = ctx.find("PersistentVolumeClaim", str(claim), pod.doc.namespace or None)
+        if pvc is None:
+            continue
+        modes = (pvc.obj.get("spec") or {}).get("accessModes") or []
+        if not {"ReadWriteMany", "ReadOnlyMany"} & set(modes):
+            yield Violation(
+                f"claim {claim} is {'/'.join(modes) or 'without access modes'} but several "
+                "replicas mount it",
+                (*pod.path, "volumes", pod.volumes().index(volume)),
+            )
+
+
+@pod_rule(
+    id="checkpoint-dir-not-mounted",
+    severity=ERROR,
+    title="The trainer's checkpoint directory is on a mounted volume",
+    why="A checkpoint directory outside every volume mount is the container's own filesystem, "
+    "gone at the first restart.",
+    fix="Put the checkpoint directory under a mounted PersistentVolumeClaim.",
+)
+def dir_not_mounted(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    ranks = common.rank_pod(pod, ctx)
+    for index, container in enumerate(pod.containers):
+        # An MPI launcher only forwards the directory: it must exist where the ranks run.
+        where = ranks.containers[0] if ranks is not pod and ranks.containers else container
+        for directory, relative in common.checkpoint_dirs(container):
+            if directory.startswith("$("):
+                continue  # set from another variable: cannot resolve it here
+            if common.mount_for(where, directory) is None:
+                yield Violation(
+                    f"checkpoint directory {directory} is not under any volume mount",
+                    (*pod.container_path(index), *relative),
+                )
+
+
+@pod_rule(
+    id="grace-period-short",
+    severity=WARNING,
+    title="Training pods have time to checkpoint on SIGTERM",
+    why="On eviction and on every torchrun restart, workers get SIGTERM and are killed 30 s "
+    "later; the pod's terminationGracePeriodSeconds (default 30) must cover that plus writing "
+    "an emergency checkpoint.",
+    fix="Set terminationGracePeriodSeconds above 30 s plus the checkpoint write time (120-300 s "
+    "is typical).",
+)
+def grace_period(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    if not pod.uses_gpus or pod.partial or not pod.training:
+        return
+    grace = pod.spec.get("terminationGracePeriodSeconds")
+    if grace is None:
+        yield Violation(
+            "terminationGracePeriodSeconds is unset (30 s): no time to checkpoint", pod.path
+        )
+    elif isinstance(grace, int) and grace <= 60:
+        yield Violation(
+            f"terminationGracePeriodSeconds is {grace} s: torchrun alone waits 30 s",
+            (*pod.path, "terminationGracePeriodSeconds"),
+        )
+
+
+@resource_rule(
+    id="pvc-empty-storage-class",
+    severity=WARNING,
+    title='storageClassName: "" is meant literally',
+    why="An empty storageClassName does not mean the default class: it disables dynamic "
+    "provisioning, and the claim waits for a pre-created PersistentVolume without a class.",
+    fix="Omit storageClassName to get the cluster's default class, or name the ReadWriteMany "
+    "class.",
+    kinds=("PersistentVolumeClaim",),
+)
+def empty_storage_class(doc: Document, ctx: Context) -> Iterator[Violation]:
+    if (doc.obj.get("spec") or {}).get("storageClassName") == "":
+        yield Violation(
+            'storageClassName is "": only a pre-created PV without a class binds',
+            ("spec", "storageClassName"),
+        )

@@ -1,0 +1,122 @@
+"""RDMA: the device, the capability, and GPUDirect that the node can actually do."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from trainops.model import ERROR, WARNING, Document
+from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
+from trainops.policy.pods import PodTemplate, env_of, gpu_count
+
+from . import common
+
+
+@pod_rule(
+    id="rdma-resource-missing",
+    severity=ERROR,
+    title="Pods on an RDMA fabric request an RDMA device",
+    why="The Multus annotation gives the pod an interface; the RDMA verbs device comes only "
+    "from a device-plugin resource (rdma/..., an SR-IOV VF). Without it NCCL finds no IB "
+    "device and falls back to sockets.",
+    fix="Request the fabric's RDMA resource (the NAD's k8s.v1.cni.cncf.io/resourceName, or the "
+    "profile's rdmaResource) in the training container's limits.",
+)
+def resource_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    if not pod.uses_gpus or pod.partial or not common.on_rdma_fabric(pod, ctx):
+        return
+    for index, container in enumerate(pod.containers):
+        if gpu_count(container) and not common.rdma_resources(container):
+            wanted = _wanted_resource(pod, ctx)
+            yield Violation(
+                "the container is on an RDMA fabric but requests no RDMA device"
+                + (f" ({wanted})" if wanted else ""),
+                (*pod.container_path(index), "resources"),
+            )
+
+
+def _wanted_resource(pod: PodTemplate, ctx: Context) -> str:
+    for _, nad in common.attached_nads(pod, ctx):
+        if nad is not None:
+            name = (nad.metadata.get("annotations") or {}).get("k8s.v1.cni.cncf.io/resourceName")
+            if name:
+                return str(name)
+    return ctx.profile.rdmaResource if ctx.profile is not None else ""
+
+
+@pod_rule(
+    id="rdma-ipc-lock",
+    severity=ERROR,
+    title="RDMA containers have the IPC_LOCK capability",
+    why="RDMA registers (pins) memory with the NIC; without IPC_LOCK the container's locked-memory "
+    "limit makes registration fail and NCCL abandons the IB transport.",
+    fix="Add securityContext.capabilities.add: [IPC_LOCK] to containers that request RDMA devices.",
+)
+def ipc_lock(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for index, container in enumerate(pod.containers):
+        if not common.rdma_resources(container):
+            continue
+        security = container.get("securityContext") or {}
+        caps = (security.get("capabilities") or {}).get("add") or []
+        if "IPC_LOCK" not in caps and "CAP_IPC_LOCK" not in caps and not security.get("privileged"):
+            yield Violation(
+                "the container requests an RDMA device but lacks IPC_LOCK",
+                (*pod.container_path(index), "securityContext"),
+            )
+
+
+def _gpudirect_ready(policy: Document) -> bool:
+    driver = (policy.obj.get("spec") or {}).get("driver") or {}
+    rdma = driver.get("rdma") or {}
+    return (
+        bool(rdma.get("enabled"))
+        or driver.get("kernelModuleType") == "open"
+        or bool(driver.get("useOpenKernelModules"))
+    )
+
+
+@pod_rule(
+    id="gpudirect-clusterpolicy",
+    severity=WARNING,
+    title="Pods expecting GPUDirect RDMA run where the ClusterPolicy provides it",
+    why="GPUDirect RDMA needs either DMA-BUF (the GPU Operator's open kernel modules) or the "
+    "legacy nvidia-peermem module (driver.rdma.enabled). Without either, NCCL silently "
+    "stages every transfer through host memory.",
+    fix="Set driver.kernelModuleType: open (DMA-BUF) or driver.rdma.enabled: true in the "
+    "ClusterPolicy, or stop expecting GPUDirect in the pods.",
+)
+def gpudirect(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    policies = ctx.of_kind("ClusterPolicy")
+    if not policies or any(_gpudirect_ready(p) for p in policies):
+        return
+    for index, container in enumerate(pod.containers):
+        env = env_of(container)
+        expects = env.get("TRAINER_EXPECT_GDR") == "1" or env.get("NCCL_NET_GDR_LEVEL") not in (
+            None,
+            "LOC",
+            "0",
+        )
+        if expects:
+            yield Violation(
+                f"the container expects GPUDirect RDMA but ClusterPolicy {policies[0].name} "
+                "enables neither DMA-BUF nor peermem",
+                pod.container_path(index),
+            )
+
+
+@resource_rule(
+    id="clusterpolicy-host-mofed",
+    severity=ERROR,
+    title="useHostMofed comes with rdma.enabled",
+    why="driver.rdma.useHostMofed only matters when driver.rdma.enabled is true; alone it does "
+    "nothing and GPUDirect RDMA stays off.",
+    fix="Set driver.rdma.enabled: true with useHostMofed, or use DMA-BUF (kernelModuleType: "
+    "open) and drop both.",
+    kinds=("ClusterPolicy",),
+)
+def host_mofed(doc: Document, ctx: Context) -> Iterator[Violation]:
+    rdma = (((doc.obj.get("spec") or {}).get("driver") or {}).get("rdma")) or {}
+    if rdma.get("useHostMofed") and not rdma.get("enabled"):
+        yield Violation(
+            "driver.rdma.useHostMofed is true but driver.rdma.enabled is not",
+            ("spec", "driver", "rdma"),
+        )

@@ -1,0 +1,683 @@
+"""Fixtures for every policy rule: a correct render, and per rule a variant that breaks it.
+
+`baseline()` is a RoCE cluster's render done right: network, checkpoint
+volume, queue, ClusterPolicy, a PyTorchJob, an elastic job and an MPIJob.
+Each entry of FIXTURES turns it into a failing render for one rule (and, where
+the baseline cannot show it, into a passing one that exercises the rule).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+Docs = list[dict[str, Any]]
+
+NAMESPACE = "training"
+NCCL = {
+    "NCCL_DEBUG": "INFO",
+    "NCCL_DEBUG_SUBSYS": "INIT,NET",
+    "NCCL_IB_DISABLE": "0",
+    "NCCL_IB_HCA": "=mlx5_0,mlx5_1",
+    "NCCL_IB_GID_INDEX": "3",
+    "NCCL_SOCKET_IFNAME": "=net1",
+    "NCCL_NET_GDR_LEVEL": "PHB",
+}
+
+
+def _env(values: dict[str, str]) -> list[dict[str, str]]:
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def container(name: str = "pytorch") -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": "registry.example.com/trainer:1.2.0",
+        "command": ["/bin/sh", "-c", 'exec torchrun --module trainer "$@"', "trainer"],
+        "args": ["--model", "gpt"],
+        "env": _env({**NCCL, "TRAINER_CHECKPOINT_DIR": "/checkpoints/llama"}),
+        "resources": {
+            "requests": {"cpu": "96", "memory": "1Ti"},
+            "limits": {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": 8, "nvidia.com/roce_vf": 1},
+        },
+        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+        "volumeMounts": [
+            {"name": "checkpoints", "mountPath": "/checkpoints"},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
+    }
+
+
+def pod(container_name: str = "pytorch") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "labels": {"app.kubernetes.io/part-of": "trainops"},
+            "annotations": {"k8s.v1.cni.cncf.io/networks": "training-net"},
+        },
+        "spec": {
+            "terminationGracePeriodSeconds": 300,
+            "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+            "affinity": {
+                "podAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 100,
+                            "podAffinityTerm": {
+                                "topologyKey": "topology.kubernetes.io/rack",
+                                "labelSelector": {
+                                    "matchExpressions": [
+                                        {
+                                            "key": "training.kubeflow.org/job-name",
+                                            "operator": "Exists",
+                                        }
+                                    ]
+                                },
+                                "matchLabelKeys": ["training.kubeflow.org/job-name"],
+                            },
+                        }
+                    ]
+                }
+            },
+            "containers": [container(container_name)],
+            "volumes": [
+                {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "checkpoints"}},
+                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "128Gi"}},
+            ],
+        },
+    }
+
+
+def meta(name: str, **labels: str) -> dict[str, Any]:
+    return {"name": name, "namespace": NAMESPACE, "labels": labels or {}}
+
+
+def pytorchjob() -> dict[str, Any]:
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": meta("llama", **{"kueue.x-k8s.io/queue-name": "training"}),
+        "spec": {
+            "nprocPerNode": "8",
+            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 6},
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "restartPolicy": "ExitCode", "template": pod()},
+                "Worker": {"replicas": 3, "restartPolicy": "ExitCode", "template": pod()},
+            },
+        },
+    }
+
+
+def elastic_job() -> dict[str, Any]:
+    job = pytorchjob()
+    job["metadata"]["name"] = "llama-elastic"
+    job["spec"]["elasticPolicy"] = {
+        "rdzvBackend": "c10d",
+        "rdzvId": "llama-elastic",
+        "minReplicas": 2,
+        "maxReplicas": 4,
+        "maxRestarts": 10,
+    }
+    del job["spec"]["pytorchReplicaSpecs"]["Master"]
+    return job
+
+
+def mpijob() -> dict[str, Any]:
+    launcher = container("launcher")
+    launcher["resources"] = {
+        "requests": {"cpu": "1", "memory": "2Gi"},
+        "limits": {"cpu": "1", "memory": "2Gi"},
+    }
+    launcher.pop("securityContext")
+    launcher.pop("volumeMounts")
+    forward = [w for name in [*NCCL, "TRAINER_CHECKPOINT_DIR"] for w in ("-x", name)]
+    launcher["command"] = ["mpirun", "--bind-to", "none", *forward, "python", "-m", "trainer"]
+    launcher["args"] = ["--model", "cnn"]
+    worker_pod = pod("worker")
+    worker_pod["spec"]["containers"][0]["command"] = ["/bin/sh", "-c", "sleep infinity"]
+    worker_pod["spec"]["containers"][0].pop("args")
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "MPIJob",
+        "metadata": meta("cnn-mpi", **{"kueue.x-k8s.io/queue-name": "training"}),
+        "spec": {
+            "slotsPerWorker": 8,
+            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 6},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": {"spec": {"containers": [launcher]}}},
+                "Worker": {"replicas": 2, "template": worker_pod},
+            },
+        },
+    }
+
+
+def nad(name: str = "training-net", cidr: str = "10.40.0.0/16", ipam: str = "whereabouts") -> dict:
+    config = {
+        "cniVersion": "1.0.0",
+        "name": name,
+        "plugins": [
+            {
+                "type": "sriov",
+                "ipam": {"type": ipam, "range" if ipam == "whereabouts" else "subnet": cidr},
+            },
+            {"type": "rdma"},
+        ],
+    }
+    return {
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "annotations": {"k8s.v1.cni.cncf.io/resourceName": "nvidia.com/roce_vf"},
+        },
+        "spec": {"config": json.dumps(config)},
+    }
+
+
+def platform() -> Docs:
+    return [
+        nad(),
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "checkpoints", "namespace": NAMESPACE},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "cephfs",
+                "resources": {"requests": {"storage": "10Ti"}},
+            },
+        },
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "training", "namespace": NAMESPACE},
+            "spec": {"clusterQueue": "training"},
+        },
+        {
+            "apiVersion": "nvidia.com/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": "cluster-policy"},
+            "spec": {"driver": {"kernelModuleType": "open", "rdma": {"enabled": False}}},
+        },
+    ]
+
+
+def baseline() -> Docs:
+    return [*platform(), pytorchjob(), elastic_job(), mpijob()]
+
+
+# -- helpers to break one thing --------------------------------------------------------------
+
+
+def job(docs: Docs, kind: str = "PyTorchJob", elastic: bool = False) -> dict[str, Any]:
+    for doc in docs:
+        if doc["kind"] == kind and ("elasticPolicy" in doc.get("spec", {})) == elastic:
+            return doc
+    raise KeyError(kind)
+
+
+def pods_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    field = next(k for k in doc["spec"] if k.endswith("ReplicaSpecs"))
+    return [r["template"]["spec"] for r in doc["spec"][field].values()]
+
+
+def first(doc: dict[str, Any]) -> dict[str, Any]:
+    """The first container of every pod template (the training container)."""
+    return pods_of(doc)[0]["containers"][0]
+
+
+def set_env(doc: dict[str, Any], name: str, value: str | None) -> None:
+    for spec in pods_of(doc):
+        for c in spec["containers"]:
+            c["env"] = [e for e in c.get("env", []) if e["name"] != name]
+            if value is not None:
+                c["env"].append({"name": name, "value": value})
+
+
+def edit(function: Callable[[Docs], None]) -> Callable[[], Docs]:
+    def build() -> Docs:
+        docs = copy.deepcopy(baseline())
+        function(docs)
+        return docs
+
+    return build
+
+
+def only(*documents: Callable[[], dict]) -> Callable[[], Docs]:
+    return lambda: [d() for d in documents]
+
+
+def _no_shm(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        spec["volumes"] = [v for v in spec["volumes"] if v["name"] != "dshm"]
+        spec["containers"][0]["volumeMounts"] = [
+            m for m in spec["containers"][0]["volumeMounts"] if m["name"] != "dshm"
+        ]
+
+
+def _disk_shm(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        for v in spec["volumes"]:
+            if v["name"] == "dshm":
+                v["emptyDir"] = {}
+
+
+def _host_ipc_instead(docs: Docs) -> None:
+    _no_shm(docs)
+    for spec in pods_of(job(docs)):
+        spec["hostIPC"] = True
+
+
+def _host_ipc_daemon(docs: Docs) -> None:
+    daemon = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "kube-system"},
+        "spec": {
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {
+                "metadata": {"labels": {"a": "b"}},
+                "spec": {
+                    "hostIPC": True,
+                    "containers": [
+                        {
+                            "name": "a",
+                            "image": "agent:1.0",
+                            "resources": {"requests": {"cpu": "10m", "memory": "10Mi"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    docs.append(daemon)
+
+
+def _remove_nad(docs: Docs) -> None:
+    for doc in docs:
+        if doc["kind"] == "NetworkAttachmentDefinition":
+            doc["metadata"]["name"] = "other-net"
+            doc["spec"]["config"] = doc["spec"]["config"].replace("training-net", "other-net")
+
+
+def _broken_nad(docs: Docs) -> None:
+    docs[0]["spec"]["config"] = '{"cniVersion": "1.0.0", "type": "macvlan", "master": "eth1"'
+
+
+def _nad_no_ipam(docs: Docs) -> None:
+    docs[0]["spec"]["config"] = json.dumps(
+        {"cniVersion": "1.0.0", "name": "training-net", "type": "macvlan", "master": "eth1"}
+    )
+
+
+def _second_nad(cidr: str, ipam: str = "whereabouts") -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        docs.append(nad("storage-net", cidr, ipam))
+
+    return change
+
+
+def _host_local(docs: Docs) -> None:
+    docs[0] = nad(ipam="host-local")
+
+
+def _ifname(value: str) -> Callable[[Docs], None]:
+    return lambda docs: set_env(job(docs), "NCCL_SOCKET_IFNAME", value)
+
+
+def _env_var(name: str, value: str | None, kind: str = "PyTorchJob") -> Callable[[Docs], None]:
+    return lambda docs: set_env(job(docs, kind), name, value)
+
+
+def _every_job_env(name: str, value: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        for doc in docs:
+            if doc["kind"] in ("PyTorchJob", "MPIJob"):
+                set_env(doc, name, value)
+
+    return change
+
+
+def _no_rdma_resource(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        del spec["containers"][0]["resources"]["limits"]["nvidia.com/roce_vf"]
+
+
+def _no_ipc_lock(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        del spec["containers"][0]["securityContext"]
+
+
+def _peermem_off(docs: Docs) -> None:
+    docs[3]["spec"]["driver"] = {"kernelModuleType": "proprietary", "rdma": {"enabled": False}}
+
+
+def _host_mofed_alone(docs: Docs) -> None:
+    docs[3]["spec"]["driver"]["rdma"] = {"useHostMofed": True}
+
+
+def _no_checkpoints(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        spec["volumes"] = [v for v in spec["volumes"] if v["name"] != "checkpoints"]
+        c = spec["containers"][0]
+        c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] != "checkpoints"]
+        c["env"] = [e for e in c["env"] if e["name"] != "TRAINER_CHECKPOINT_DIR"]
+
+
+def _checkpoints_on_empty_dir(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        for v in spec["volumes"]:
+            if v["name"] == "checkpoints":
+                v.pop("persistentVolumeClaim")
+                v["emptyDir"] = {}
+
+
+def _rwo(docs: Docs) -> None:
+    docs[1]["spec"]["accessModes"] = ["ReadWriteOnce"]
+
+
+def _dir_outside_mounts(docs: Docs) -> None:
+    set_env(job(docs), "TRAINER_CHECKPOINT_DIR", "/workspace/checkpoints")
+
+
+def _grace(seconds: int | None) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        for spec in pods_of(job(docs)):
+            if seconds is None:
+                spec.pop("terminationGracePeriodSeconds")
+            else:
+                spec["terminationGracePeriodSeconds"] = seconds
+
+    return change
+
+
+def _torchrun_args(*extra: str, elastic: bool = False) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        for spec in pods_of(job(docs, elastic=elastic)):
+            spec["containers"][0]["command"] = ["torchrun", *extra, "-m", "trainer"]
+
+    return change
+
+
+def _nproc(value: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        job(docs)["spec"]["nprocPerNode"] = value
+
+    return change
+
+
+def _no_rdzv_id(docs: Docs) -> None:
+    del job(docs, elastic=True)["spec"]["elasticPolicy"]["rdzvId"]
+
+
+def _packed(docs: Docs) -> None:
+    first(job(docs, "MPIJob"))["command"].insert(1, "-x NCCL_DEBUG=INFO")
+
+
+def _shell_without_exec(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        spec["containers"][0]["command"][2] = 'torchrun --module trainer "$@"'
+
+
+def _name(value: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        job(docs)["metadata"]["name"] = value
+
+    return change
+
+
+def _container_name(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        spec["containers"][0]["name"] = "trainer"
+
+
+def _two_masters(docs: Docs) -> None:
+    job(docs)["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
+
+
+def _elastic_bounds(docs: Docs) -> None:
+    job(docs, elastic=True)["spec"]["elasticPolicy"]["minReplicas"] = 5
+
+
+def _not_forwarded(docs: Docs) -> None:
+    set_env(job(docs, "MPIJob"), "NCCL_IB_TIMEOUT", "22")
+
+
+def _launcher_gpu(docs: Docs) -> None:
+    launcher = job(docs, "MPIJob")["spec"]["mpiReplicaSpecs"]["Launcher"]
+    launcher["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 1
+
+
+def _slots(docs: Docs) -> None:
+    job(docs, "MPIJob")["spec"]["slotsPerWorker"] = 4
+
+
+def _np(docs: Docs) -> None:
+    first(job(docs, "MPIJob"))["args"] = ["-np", "8", "--model", "cnn"]
+
+
+def _no_gpu_selector(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        del spec["nodeSelector"]
+
+
+def _spread_other_job(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        term = spec["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+        term["podAffinityTerm"].pop("matchLabelKeys")
+        term["podAffinityTerm"]["labelSelector"] = {
+            "matchLabels": {"training.kubeflow.org/job-name": "train"}
+        }
+
+
+def _no_placement(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        del spec["affinity"]
+
+
+def _min_available(value: int) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        job(docs)["spec"]["runPolicy"]["schedulingPolicy"] = {
+            "queue": "training",
+            "minAvailable": value,
+        }
+
+    return change
+
+
+def _missing_queue(docs: Docs) -> None:
+    job(docs)["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "gpu-queue"
+
+
+def _never_restart(docs: Docs) -> None:
+    job(docs)["spec"]["runPolicy"]["backoffLimit"] = 0
+
+
+def _image(value: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        for spec in pods_of(job(docs)):
+            spec["containers"][0]["image"] = value
+
+    return change
+
+
+def _host_field(field: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        for spec in pods_of(job(docs)):
+            spec[field] = True
+
+    return change
+
+
+def _privileged(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        spec["containers"][0]["securityContext"] = {"privileged": True}
+
+
+def _literal_token(docs: Docs) -> None:
+    set_env(job(docs), "HF_TOKEN", "hf_" + "a" * 34)
+
+
+def _no_resources(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
+
+
+def appproject(wildcard: bool) -> dict[str, Any]:
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "AppProject",
+        "metadata": {"name": "p", "namespace": "argocd"},
+        "spec": {
+            "sourceRepos": ["*" if wildcard else "https://github.com/example-org/trainops.git"],
+            "destinations": [{"name": "prod", "namespace": "training"}],
+        },
+    }
+
+
+def _ttl(docs: Docs) -> None:
+    job(docs)["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = 3600
+
+
+def big_crd(server_side: bool) -> dict[str, Any]:
+    annotations = {"argocd.argoproj.io/sync-options": "ServerSideApply=true"} if server_side else {}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com", "annotations": annotations},
+        "spec": {
+            "group": "example.com",
+            "names": {"kind": "Widget", "plural": "widgets"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "description": "x" * 300_000}},
+                }
+            ],
+        },
+    }
+
+
+def widget(skip_dry_run: bool) -> dict[str, Any]:
+    annotations = (
+        {"argocd.argoproj.io/sync-options": "SkipDryRunOnMissingResource=true"}
+        if skip_dry_run
+        else {}
+    )
+    return {
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": "w", "namespace": NAMESPACE, "annotations": annotations},
+    }
+
+
+def _empty_class(docs: Docs) -> None:
+    docs[1]["spec"]["storageClassName"] = ""
+
+
+def _service(selector: dict[str, str]) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "metrics", "namespace": NAMESPACE},
+                "spec": {"selector": selector, "ports": [{"name": "metrics", "port": 9400}]},
+            }
+        )
+
+    return change
+
+
+def _bad_exemption(docs: Docs) -> None:
+    job(docs)["metadata"]["annotations"] = {"trainops.dev/exempt-no-such-rule": "because"}
+
+
+# rule id -> (failing render, passing render)
+FIXTURES: dict[str, tuple[Callable[[], Docs], Callable[[], Docs]]] = {
+    "dev-shm-missing": (edit(_no_shm), baseline),
+    "dev-shm-not-memory": (edit(_disk_shm), baseline),
+    "host-ipc": (edit(_host_ipc_daemon), baseline),
+    "nccl-not-a-variable": (edit(_env_var("NCCL_TIMEOUT", "1800")), baseline),
+    "nccl-unknown-variable": (edit(_env_var("NCCL_SOCKET_IFNAMES", "net1")), baseline),
+    "nccl-deprecated-variable": (edit(_env_var("NCCL_MIN_NCHANNELS", "4")), baseline),
+    "nccl-removed-variable": (edit(_env_var("NCCL_TREE_THRESHOLD", "0")), baseline),
+    "nccl-invalid-value": (edit(_env_var("NCCL_NET_GDR_LEVEL", "5")), baseline),
+    "nccl-ib-hca-prefix": (edit(_env_var("NCCL_IB_HCA", "mlx5_1")), baseline),
+    "nccl-socket-ifname": (edit(_ifname("net2")), baseline),
+    "nccl-ib-disabled-with-rdma": (edit(_env_var("NCCL_IB_DISABLE", "1")), baseline),
+    "nccl-debug-info": (baseline, edit(_every_job_env("NCCL_DEBUG", "WARN"))),
+    "nccl-transport-evidence": (
+        edit(
+            lambda d: (_env_var("NCCL_DEBUG", None)(d), set_env(job(d), "NCCL_DEBUG_SUBSYS", None))
+        ),
+        baseline,
+    ),
+    "multus-network-missing": (edit(_remove_nad), baseline),
+    "nad-config-invalid": (edit(_broken_nad), baseline),
+    "nad-host-local-ipam": (edit(_host_local), baseline),
+    "nad-ipam-overlap": (edit(_second_nad("10.40.128.0/17")), edit(_second_nad("10.50.0.0/16"))),
+    "rdma-resource-missing": (edit(_no_rdma_resource), baseline),
+    "rdma-ipc-lock": (edit(_no_ipc_lock), baseline),
+    "gpudirect-clusterpolicy": (edit(_peermem_off), baseline),
+    "clusterpolicy-host-mofed": (edit(_host_mofed_alone), baseline),
+    "checkpoint-missing": (edit(_no_checkpoints), baseline),
+    "checkpoint-volume-ephemeral": (edit(_checkpoints_on_empty_dir), baseline),
+    "pvc-shared-rwo": (edit(_rwo), baseline),
+    "pvc-empty-storage-class": (edit(_empty_class), baseline),
+    "service-selects-pods": (
+        edit(_service({"job-name": "llama"})),
+        edit(_service({"training.kubeflow.org/job-name": "llama"})),
+    ),
+    "checkpoint-dir-not-mounted": (edit(_dir_outside_mounts), baseline),
+    "grace-period-short": (edit(_grace(None)), baseline),
+    "torchrun-nnodes": (edit(_torchrun_args("--nnodes=2")), edit(_torchrun_args("--nnodes=4"))),
+    "torchrun-nproc-per-node": (edit(_nproc("4")), baseline),
+    "rendezvous-endpoint": (
+        edit(_torchrun_args("--rdzv-endpoint=$(MASTER_ADDR):29500", elastic=True)),
+        edit(_torchrun_args("--rdzv-endpoint=llama-master-0:29500")),
+    ),
+    "elastic-rdzv-id": (edit(_no_rdzv_id), baseline),
+    "argument-packs-flag-and-value": (edit(_packed), baseline),
+    "shell-without-exec": (edit(_shell_without_exec), baseline),
+    "job-name-dns1035": (edit(_name("Llama_7B")), baseline),
+    "replica-container-name": (edit(_container_name), baseline),
+    "pytorchjob-replicas": (edit(_two_masters), baseline),
+    "elastic-policy": (edit(_elastic_bounds), baseline),
+    "mpi-forwards-nccl": (edit(_not_forwarded), baseline),
+    "mpi-launcher-gpus": (edit(_launcher_gpu), baseline),
+    "mpi-slots": (edit(_slots), baseline),
+    "gpu-node-placement": (edit(_no_gpu_selector), baseline),
+    "placement-selects-own-pods": (edit(_spread_other_job), baseline),
+    "placement-missing": (edit(_no_placement), baseline),
+    "gang-min-available": (edit(_min_available(3)), edit(_min_available(4))),
+    "queue-exists": (edit(_missing_queue), baseline),
+    "restart-budget": (edit(_never_restart), baseline),
+    "image-pinned": (
+        edit(_image("registry.example.com/trainer:latest")),
+        edit(_image("registry.example.com/trainer@sha256:" + "0" * 64)),
+    ),
+    "host-network": (edit(_host_field("hostNetwork")), baseline),
+    "host-pid": (edit(_host_field("hostPID")), baseline),
+    "privileged-container": (edit(_privileged), baseline),
+    "secret-literal": (edit(_literal_token), baseline),
+    "resources-set": (edit(_no_resources), baseline),
+    "appproject-wildcards": (only(lambda: appproject(True)), only(lambda: appproject(False))),
+    "run-ttl": (edit(_ttl), baseline),
+    "crd-server-side-apply": (only(lambda: big_crd(False)), only(lambda: big_crd(True))),
+    "argocd-skip-dry-run": (
+        only(lambda: big_crd(True), lambda: widget(False)),
+        only(lambda: big_crd(True), lambda: widget(True)),
+    ),
+    "policy-exemption": (edit(_bad_exemption), baseline),
+}
+# remote-base-pinned needs a kustomization on disk; tests/policies/test_rules.py builds one.
+RENDER_FIXTURES = {"remote-base-pinned"}

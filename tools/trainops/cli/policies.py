@@ -1,0 +1,60 @@
+"""`trainops policies list|explain`: what the policy pack checks and why."""
+
+from __future__ import annotations
+
+import difflib
+import textwrap
+
+import click
+
+from trainops.cli.common import project_config
+from trainops.errors import InputError
+from trainops.policy.engine import EXEMPT_PREFIX
+from trainops.policy.settings import load_pack
+from trainops.rules import RuleInfo, catalog
+
+
+def _rules() -> dict[str, RuleInfo]:
+    config = project_config()
+    if config.policy_pack is None:
+        raise InputError("no policy pack found (set policies in [tool.trainops])")
+    load_pack(config.policy_pack)
+    return catalog()
+
+
+@click.group()
+def policies() -> None:
+    """The training-aware policy pack that `trainops validate` runs."""
+
+
+@policies.command("list")
+def list_rules() -> None:
+    """List every rule: id, default severity, what it checks."""
+    rules = sorted(_rules().values(), key=lambda r: (r.category != "builtin", r.id))
+    width = max(len(r.id) for r in rules)
+    for rule in rules:
+        click.echo(f"{rule.id:<{width}}  {rule.severity:<7}  {rule.title}")
+
+
+@policies.command("explain")
+@click.argument("rule_id")
+def explain(rule_id: str) -> None:
+    """Explain RULE_ID: why it matters, how to fix it, how to exempt a resource."""
+    rules = _rules()
+    rule = rules.get(rule_id)
+    if rule is None:
+        close = difflib.get_close_matches(rule_id, list(rules), n=1)
+        hint = f"; did you mean {close[0]}?" if close else " (see `trainops policies list`)"
+        raise InputError(f"unknown rule {rule_id!r}{hint}")
+    wrap = textwrap.TextWrapper(width=88, initial_indent="  ", subsequent_indent="  ")
+    click.echo(f"{rule.id} ({rule.severity}): {rule.title}")
+    if rule.kinds:
+        click.echo(f"applies to: {', '.join(rule.kinds)}")
+    click.echo("\nwhy:\n" + wrap.fill(rule.why))
+    click.echo("\nfix:\n" + wrap.fill(rule.fix))
+    if rule.category == "policy":
+        click.echo(
+            "\nexempt one resource (with a reason):\n"
+            f"  metadata.annotations: {{{EXEMPT_PREFIX}{rule.id}: <why this resource may>}}\n"
+            "or, with an expiry date, in policies/config.yaml."
+        )

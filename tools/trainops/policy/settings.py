@@ -1,0 +1,135 @@
+"""Loads the policy pack (policies/*.py) and its settings (policies/config.yaml).
+
+The settings file overrides severities and lists exemptions that expire:
+
+    severity:
+      nccl-debug-info: "off"          # error | warning | info | off
+    exemptions:
+    - rule: host-network
+      resources: [DaemonSet/kube-system/kube-multus-ds]   # Kind/namespace/name, "*" = any
+      reason: Multus configures the node's network namespace.
+      expires: 2027-06-30
+
+An unknown rule id or a malformed entry makes the file unreadable (exit 2,
+with the line); an exemption past its date is an error finding and no longer
+exempts anything.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from trainops.errors import InputError
+from trainops.model import ERROR, SEVERITIES, Finding
+from trainops.policy.engine import Exemption, PolicySettings, registered
+from trainops.yamlio import load_yaml_mapping, locate, read_text
+
+PACK_MODULE = "trainops_policies"
+
+
+def load_pack(directory: Path) -> None:
+    """Import every rule module of the pack; rules register themselves on import."""
+    init = directory / "__init__.py"
+    if not init.is_file():
+        raise InputError("not a policy pack (no __init__.py)", str(directory))
+    if PACK_MODULE not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            PACK_MODULE, init, submodule_search_locations=[str(directory)]
+        )
+        package = importlib.util.module_from_spec(spec)
+        sys.modules[PACK_MODULE] = package
+        spec.loader.exec_module(package)
+    for path in sorted(directory.glob("*.py")):
+        if path.name != "__init__.py":
+            importlib.import_module(f"{PACK_MODULE}.{path.stem}")
+
+
+def load_settings(path: Path | None, today: date | None = None) -> PolicySettings:
+    if path is None or not path.is_file():
+        return PolicySettings()
+    where = str(path)
+    text = read_text(path)
+    data = load_yaml_mapping(text, where)
+    known = registered()
+    today = today or date.today()
+
+    def fail(message: str, *at: Any) -> InputError:
+        line = locate(text, tuple(at[:-1]), at[-1]) if at else None
+        return InputError(message, where, line + 1 if line is not None else None)
+
+    for key in data:
+        if key not in ("severity", "exemptions"):
+            raise fail(f"unknown key {key!r} (expected severity, exemptions)", key)
+    settings = PolicySettings()
+    severity = data.get("severity") or {}
+    if not isinstance(severity, dict):
+        raise fail("severity must map rule ids to error, warning, info or off", "severity")
+    for rule_id, level in severity.items():
+        if rule_id not in known:
+            raise fail(f"severity: unknown rule {rule_id!r}", "severity", rule_id)
+        if level not in (*SEVERITIES, "off"):
+            raise fail(
+                f"severity of {rule_id}: {level!r} is not error, warning, info or off",
+                "severity",
+                rule_id,
+            )
+        settings.severity[rule_id] = level
+    exemptions = data.get("exemptions") or []
+    if not isinstance(exemptions, list):
+        raise fail("exemptions must be a list", "exemptions")
+    for index, entry in enumerate(exemptions):
+        settings_entry = _exemption(entry, index, known, fail)
+        if settings_entry.expires is not None and settings_entry.expires < today:
+            line = locate(text, ("exemptions", index), "expires")
+            settings.problems.append(
+                Finding(
+                    rule="policy-exemption",
+                    severity=ERROR,
+                    source=where,
+                    resource="",
+                    path=f"exemptions[{index}]",
+                    message=f"exemption from {settings_entry.rule} for "
+                    f"{', '.join(settings_entry.resources)} expired on "
+                    f"{settings_entry.expires.isoformat()}",
+                    fix="Fix the resources, or renew the exemption with a new date and reason.",
+                    file=where,
+                    line=line + 1 if line is not None else None,
+                )
+            )
+        else:
+            settings.exemptions.append(settings_entry)
+    return settings
+
+
+def _exemption(entry: Any, index: int, known: dict, fail) -> Exemption:
+    at = ("exemptions", index)
+    if not isinstance(entry, dict):
+        raise fail("an exemption is a mapping with rule, resources, reason, expires", *at)
+    for key in entry:
+        if key not in ("rule", "resources", "reason", "expires"):
+            raise fail(f"exemption: unknown key {key!r}", *at, key)
+    rule = entry.get("rule")
+    if rule not in known:
+        raise fail(f"exemption names unknown rule {rule!r}", *at, "rule")
+    resources = entry.get("resources")
+    if (
+        not isinstance(resources, list)
+        or not resources
+        or not all(isinstance(r, str) and r.count("/") == 2 for r in resources)
+    ):
+        raise fail("exemption resources: a list of Kind/namespace/name", *at, "resources")
+    reason = entry.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise fail("exemption needs a reason", *at, "rule")
+    expires = entry.get("expires")
+    if expires is None:
+        raise fail("exemption needs an expiry date (expires: YYYY-MM-DD)", *at, "rule")
+    try:
+        expiry = date.fromisoformat(str(expires))
+    except ValueError:
+        raise fail(f"expires: {expires!r} is not a date like 2027-06-30", *at, "expires") from None
+    return Exemption(rule, reason.strip(), tuple(resources), expiry)
