@@ -11,6 +11,9 @@ from trainops.policy.pods import PodTemplate, argv, gpu_count
 
 _FLAG_VALUE = re.compile(r"^(--?[A-Za-z][\w.-]*) +\S")
 SHELLS = ("sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/env", "dash", "zsh")
+# torchrun and the launchers that take its arguments (trainer-launch is torchrun with
+# the failed worker's exit code).
+TORCHRUN = ("torchrun", "torch.distributed.run", "trainer-launch", "trainer.launch")
 
 
 def _flag(words: list[str], *names: str) -> tuple[str | None, int]:
@@ -27,7 +30,7 @@ def _flag(words: list[str], *names: str) -> tuple[str | None, int]:
 def _torchrun_words(container: dict) -> list[str] | None:
     words = argv(container)
     joined = " ".join(words)
-    if "torchrun" not in joined and "torch.distributed.run" not in joined:
+    if not any(launcher in joined for launcher in TORCHRUN):
         return None
     if words and words[0].rsplit("/", 1)[-1] in SHELLS and "-c" in words:
         script = words[words.index("-c") + 1] if words.index("-c") + 1 < len(words) else ""
@@ -191,7 +194,7 @@ def packed_argument(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     why="Without exec the shell stays PID 1 and does not forward SIGTERM: torchrun never gets "
     "the signal, the trainer never writes its emergency checkpoint, and the pod is killed "
     "at the end of the grace period.",
-    fix="Start the launcher with exec: sh -c 'exec torchrun ...'.",
+    fix="Start the launcher with exec: sh -c 'exec trainer-launch ...' (or 'exec torchrun ...').",
 )
 def shell_without_exec(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):
@@ -200,7 +203,7 @@ def shell_without_exec(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
             continue
         position = words.index("-c") + 1
         script = words[position] if position < len(words) else ""
-        for launcher in ("torchrun", "mpirun", "python -m torch.distributed.run"):
+        for launcher in ("torchrun", "trainer-launch", "mpirun", "python -m torch.distributed.run"):
             if launcher in script and f"exec {launcher}" not in script:
                 yield Violation(
                     f"the shell starts {launcher} without exec",
@@ -208,3 +211,32 @@ def shell_without_exec(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
                     severity=WARNING,
                 )
                 break
+
+
+@resource_rule(
+    id="exitcode-policy-launcher",
+    severity=WARNING,
+    title="restartPolicy ExitCode runs a launcher that reports the worker's exit code",
+    why="Plain torchrun exits 1 whenever a worker fails and whenever it is stopped, whatever "
+    "the cause. Under restartPolicy ExitCode (1-127 permanent, 128-255 retried) every "
+    "preemption, lost peer or hang then fails the job for good instead of restarting it.",
+    fix="Start the workers with trainer-launch (torchrun's arguments, the failed worker's exit "
+    "code), or use restartPolicy OnFailure.",
+    kinds=("PyTorchJob",),
+)
+def exitcode_policy_launcher(doc: Document, ctx: Context) -> Iterator[Violation]:
+    replicas = (doc.obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    for pod in ctx.pods(doc):
+        replica = replicas.get(pod.role) if isinstance(replicas, dict) else None
+        if not isinstance(replica, dict) or replica.get("restartPolicy") != "ExitCode":
+            continue
+        for index, container in enumerate(pod.containers):
+            words = _torchrun_words(container)
+            if words is None or any(
+                w.endswith(("trainer-launch", "trainer.launch")) for w in words
+            ):
+                continue
+            yield Violation(
+                f"{pod.role} restarts on exit codes, but torchrun exits 1 for every failure",
+                pod.container_path(index),
+            )

@@ -171,7 +171,7 @@ def test_templates_honour_the_profile(cluster):
     assert job["spec"]["nprocPerNode"] == str(profile.gpusPerNode)
     for _, spec in pod_specs(job):
         container = spec["containers"][0]
-        assert container["command"][-2].startswith("exec torchrun --module trainer")
+        assert container["command"][-2].startswith("exec trainer-launch --module trainer")
         limits = container["resources"]["limits"]
         assert limits["nvidia.com/gpu"] == profile.gpusPerNode
         assert (profile.rdmaResource in limits) == profile.rdma

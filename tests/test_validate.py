@@ -51,7 +51,8 @@ def test_wrong_types_and_missing_required_fields(trainops, tmp_path: Path):
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\nspec:\n  replicas: two\n"
         "  template:\n    spec:\n      containers:\n      - image: nginx:1.27\n",
     )
-    findings = json.loads(trainops("validate", "--no-policies", "--format", "json", str(doc)).out)["findings"]
+    report = trainops("validate", "--no-policies", "--format", "json", str(doc))
+    findings = json.loads(report.out)["findings"]
     messages = {(f["path"], f["message"]) for f in findings}
     assert ("spec.replicas", 'expected integer, got string "two"') in messages
     assert ("spec.selector", 'missing required field "selector"') in messages
@@ -63,7 +64,8 @@ def test_custom_resource_metadata_is_checked_too(trainops, tmp_path: Path):
         "  namespace: ml\n", "  namespace: ml\n  label:\n    a: b\n"
     )
     job = write(tmp_path / "job.yaml", text)
-    findings = json.loads(trainops("validate", "--no-policies", "--format", "json", str(job)).out)["findings"]
+    report = trainops("validate", "--no-policies", "--format", "json", str(job))
+    findings = json.loads(report.out)["findings"]
     assert [(f["path"], f["fix"]) for f in findings] == [
         ("metadata.label", 'Did you mean "labels"?')
     ]

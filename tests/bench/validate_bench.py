@@ -280,7 +280,11 @@ def _policy_section(work: Path) -> dict:
     without, with_ = min(timings["without"]), min(timings["with"])
     overhead = (with_ - without) / without * 100
     print("\n== policy pack overhead (empty cache, best of 2)")
-    print(f"  schema only: {without:6.2f} s   schema + policies: {with_:6.2f} s   "
-          f"-> {overhead:+.1f}%")
-    return {"schema_only_s": round(without, 2), "with_policies_s": round(with_, 2),
-            "overhead_percent": round(overhead, 1)}
+    print(
+        f"  schema only: {without:6.2f} s   schema + policies: {with_:6.2f} s   -> {overhead:+.1f}%"
+    )
+    return {
+        "schema_only_s": round(without, 2),
+        "with_policies_s": round(with_, 2),
+        "overhead_percent": round(overhead, 1),
+    }

@@ -35,7 +35,7 @@ def container(name: str = "pytorch") -> dict[str, Any]:
     return {
         "name": name,
         "image": "registry.example.com/trainer:1.2.0",
-        "command": ["/bin/sh", "-c", 'exec torchrun --module trainer "$@"', "trainer"],
+        "command": ["/bin/sh", "-c", 'exec trainer-launch --module trainer "$@"', "trainer"],
         "args": ["--model", "gpt"],
         "env": _env({**NCCL, "TRAINER_CHECKPOINT_DIR": "/checkpoints/llama"}),
         "resources": {
@@ -421,7 +421,18 @@ def _packed(docs: Docs) -> None:
 
 def _shell_without_exec(docs: Docs) -> None:
     for spec in pods_of(job(docs)):
-        spec["containers"][0]["command"][2] = 'torchrun --module trainer "$@"'
+        spec["containers"][0]["command"][2] = 'trainer-launch --module trainer "$@"'
+
+
+def _plain_torchrun(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        spec["containers"][0]["command"][2] = 'exec torchrun --module trainer "$@"'
+
+
+def _plain_torchrun_on_failure(docs: Docs) -> None:
+    _plain_torchrun(docs)
+    for replica in job(docs)["spec"]["pytorchReplicaSpecs"].values():
+        replica["restartPolicy"] = "OnFailure"
 
 
 def _name(value: str) -> Callable[[Docs], None]:
@@ -648,6 +659,7 @@ FIXTURES: dict[str, tuple[Callable[[], Docs], Callable[[], Docs]]] = {
     "elastic-rdzv-id": (edit(_no_rdzv_id), baseline),
     "argument-packs-flag-and-value": (edit(_packed), baseline),
     "shell-without-exec": (edit(_shell_without_exec), baseline),
+    "exitcode-policy-launcher": (edit(_plain_torchrun), edit(_plain_torchrun_on_failure)),
     "job-name-dns1035": (edit(_name("Llama_7B")), baseline),
     "replica-container-name": (edit(_container_name), baseline),
     "pytorchjob-replicas": (edit(_two_masters), baseline),

@@ -1,0 +1,154 @@
+"""Interrupted runs resume to exactly the parameters of an uninterrupted one."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+from tests.trainer.conftest import BASE_ARGS, inspect, launch, trainer_env
+
+
+def test_uninterrupted_run_trains_and_keeps_the_last_checkpoints(baseline):
+    directory, run = baseline
+    steps = run.events("step")
+    assert [s["step"] for s in steps] == [5, 10, 15, 20, 25, 30]
+    assert steps[-1]["loss"] < steps[0]["loss"]
+    report = inspect(directory)
+    assert report["step"] == 30
+    assert report["complete"] == [20, 25, 30]  # --checkpoint-keep 3
+    assert report["consumed_samples"] == 30 * 32
+    assert report["world_size"] == 2
+    assert report["params_sha256"] == run.end["params_sha256"]
+
+
+def test_sigkill_on_one_rank_then_relaunch_matches_uninterrupted(baseline, tmp_path):
+    directory = tmp_path / "ckpt"
+    killed = launch(
+        *BASE_ARGS, "--checkpoint-dir", str(directory), "--inject-fault", "sigkill@12:rank=1"
+    )
+    assert killed.code >= 128, killed.stderr  # retryable for the ExitCode policy
+    assert not killed.events("end")
+    interrupted_at = inspect(directory, "--no-params")["step"]
+    assert interrupted_at is not None and interrupted_at <= 12
+    resumed = launch(*BASE_ARGS, "--checkpoint-dir", str(directory))
+    assert resumed.code == 0, resumed.stderr
+    (start,) = resumed.events("start")
+    assert start["resumed_from"] == interrupted_at
+    assert start["launches"] == 2
+    assert resumed.end["params_sha256"] == baseline[1].end["params_sha256"]
+    assert inspect(directory)["params_sha256"] == baseline[1].end["params_sha256"]
+
+
+def test_sigterm_saves_the_current_step_and_resumes_identically(baseline, tmp_path):
+    directory = tmp_path / "ckpt"
+    terminated = launch(
+        *BASE_ARGS, "--checkpoint-dir", str(directory), "--inject-fault", "sigterm@13"
+    )
+    assert terminated.code == 143, terminated.stderr
+    assert "saved step-13 without collectives" in terminated.stderr
+    report = inspect(directory)
+    assert report["step"] == 13  # 13 is not a checkpoint-interval step
+    assert report["consumed_samples"] == 13 * 32
+    resumed = launch(*BASE_ARGS, "--checkpoint-dir", str(directory))
+    assert resumed.code == 0, resumed.stderr
+    assert resumed.events("start")[0]["resumed_from"] == 13
+    assert resumed.end["params_sha256"] == baseline[1].end["params_sha256"]
+
+
+def test_eviction_sigterm_to_the_launcher_exits_143_with_a_checkpoint(tmp_path):
+    directory = tmp_path / "ckpt"
+    command = [
+        sys.executable,
+        "-m",
+        "trainer.launch",
+        "--standalone",
+        "--nproc_per_node=2",
+        "--module",
+        "trainer",
+        "--max-steps",
+        "100000",
+        "--checkpoint-interval",
+        "1000",
+        "--checkpoint-dir",
+        str(directory),
+        "--log-interval",
+        "1",
+    ]
+    process = subprocess.Popen(
+        command, env=trainer_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    # Wait until training is under way (a few step records), then evict.
+    lines = 0
+    while lines < 20:
+        line = process.stdout.readline()
+        assert line, process.stderr.read()
+        lines += '"event": "step"' in line
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 143, stderr
+    report = inspect(directory, "--no-params")
+    assert report["step"] is not None and report["step"] >= 20
+    assert report["step"] % 1000 != 0  # the emergency save, not a periodic one
+
+
+def test_corrupted_newest_checkpoint_falls_back_to_the_previous(baseline, baseline_copy):
+    shard = baseline_copy / "step-30" / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size: only the CRC can tell
+    shard.write_bytes(bytes(data))
+    before = inspect(baseline_copy, "--no-params")
+    assert before["step"] == 25
+    assert [entry["step"] for entry in before["corrupt"]] == [30]
+
+    resumed = launch(*BASE_ARGS, "--checkpoint-dir", str(baseline_copy))
+    assert resumed.code == 0, resumed.stderr
+    assert "step-30 is unusable" in resumed.stderr
+    assert resumed.events("start")[0]["resumed_from"] == 25
+    assert resumed.end["params_sha256"] == baseline[1].end["params_sha256"]
+    after = inspect(baseline_copy)
+    assert after["step"] == 30 and after["params_sha256"] == baseline[1].end["params_sha256"]
+    assert any(entry["path"] == "step-30.corrupt" for entry in after["corrupt"])
+
+
+def test_truncated_checkpoint_and_partial_directory_are_never_loaded(baseline, baseline_copy):
+    shard = baseline_copy / "step-30" / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:100])
+    partial = baseline_copy / "step-35.123-save.tmp"
+    partial.mkdir()
+    (partial / "__0_0.distcp").write_bytes(b"half written")
+    report = inspect(baseline_copy, "--verify", "size", "--no-params")
+    assert report["step"] == 25
+    assert report["partial"] == [35]
+    assert "__1_0.distcp has 100 bytes" in report["corrupt"][0]["problem"]
+
+
+def test_no_resume_starts_from_scratch(baseline, baseline_copy):
+    run = launch(
+        *BASE_ARGS, "--checkpoint-dir", str(baseline_copy), "--no-resume", "--max-steps", "5"
+    )
+    assert run.code == 0, run.stderr
+    assert run.events("start")[0]["resumed_from"] is None
+    assert run.end["step"] == 5
+
+
+def test_sync_checkpoints_resume_like_async_ones(baseline, tmp_path):
+    directory = tmp_path / "ckpt"
+    first = launch(
+        *BASE_ARGS,
+        "--checkpoint-dir",
+        str(directory),
+        "--checkpoint-mode",
+        "sync",
+        "--inject-fault",
+        "exception@18",
+    )
+    assert first.code == 1  # an unexpected exception is permanent
+    assert "injected exception at step 18" in first.stderr
+    assert inspect(directory, "--no-params")["step"] == 15
+    started = time.monotonic()
+    second = launch(*BASE_ARGS, "--checkpoint-dir", str(directory), "--checkpoint-mode", "sync")
+    assert second.code == 0, second.stderr
+    assert second.end["params_sha256"] == baseline[1].end["params_sha256"]
+    assert time.monotonic() - started < 170  # finished, not stuck on a dead save

@@ -1,0 +1,404 @@
+"""Command line of `python -m trainer`: flags and environment into a `TrainConfig`.
+
+Flags win over environment variables; the job templates set the environment
+(TRAINER_CHECKPOINT_DIR, TRAINER_METRICS_PORT, TRAINER_EXPECT_TRANSPORT,
+TRAINER_EXPECT_GDR) and runs add flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from trainer import config as cfg
+from trainer.errors import EXIT_CODE_DOCS, ConfigError, ExitCode, TrainerError
+
+EPILOG = "exit codes:\n" + "\n".join(
+    f"  {int(code):>3}  {text}" for code, text in EXIT_CODE_DOCS.items()
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise ConfigError(f"{message} (see --help)")
+
+
+def _positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def parse_fault(text: str) -> cfg.Fault:
+    """`KIND@STEP[:rank=R]`, for example `sigkill@12:rank=1`."""
+    spec, _, option = text.partition(":")
+    kind, at, step_text = spec.partition("@")
+    if not at or kind not in cfg.FAULT_KINDS:
+        raise argparse.ArgumentTypeError(
+            f"bad fault {text!r}: expected KIND@STEP[:rank=R] with KIND one of "
+            + ", ".join(cfg.FAULT_KINDS)
+        )
+    step = _positive_int(step_text)
+    rank = None
+    if option:
+        key, eq, value = option.partition("=")
+        if key != "rank" or not eq:
+            raise argparse.ArgumentTypeError(f"bad fault option {option!r}: expected rank=R")
+        rank = _non_negative_int(value)
+    return cfg.Fault(kind, step, rank)
+
+
+def env_choice(env: Mapping[str, str], name: str, choices: Sequence[str]) -> str | None:
+    value = env.get(name, "").strip().lower()
+    if not value or value == "none":
+        return None
+    if value not in choices:
+        raise ConfigError(f"environment variable {name}={value!r}: expected one of {choices}")
+    return value
+
+
+def env_int(env: Mapping[str, str], name: str, default: int) -> int:
+    value = env.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={value!r}: expected an integer") from None
+
+
+def env_flag(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise ConfigError(f"environment variable {name}={value!r}: expected 1/0 or true/false")
+
+
+def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
+    checkpoint_dir = env.get("TRAINER_CHECKPOINT_DIR") or None
+    parser = _Parser(
+        prog="python -m trainer",
+        description="Train a small model with DistributedDataParallel: resumable, "
+        "preemption-safe, with metrics and an NCCL transport check. Run it under "
+        "torchrun (or trainer-launch, which adds exit codes) or mpirun.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run = parser.add_argument_group("run")
+    run.add_argument(
+        "--max-steps",
+        type=_positive_int,
+        required=True,
+        help="optimizer steps of the whole job (not of this launch)",
+    )
+    run.add_argument(
+        "--seed",
+        type=_non_negative_int,
+        default=0,
+        help="seed of the model init and of the data order (default 0)",
+    )
+    run.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="auto: the GPU named by LOCAL_RANK when CUDA is available",
+    )
+    run.add_argument(
+        "--collective-timeout",
+        type=_positive_float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="timeout of one collective (default 1800)",
+    )
+    run.add_argument(
+        "--record-samples",
+        type=Path,
+        metavar="DIR",
+        help="append the sample ids of every step to DIR/samples.rank<R>.jsonl",
+    )
+
+    data = parser.add_argument_group("data")
+    data.add_argument(
+        "--dataset",
+        choices=cfg.DATASETS,
+        default="synthetic",
+        help="synthetic (generated from the seed), npz (arrays x and y) "
+        "or tokens (a flat uint16 token file, memory-mapped)",
+    )
+    data.add_argument("--data-path", type=Path, help="file for --dataset npz or tokens")
+    data.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=16,
+        help="samples per rank per step (default 16)",
+    )
+    data.add_argument(
+        "--seq-len",
+        type=_positive_int,
+        default=32,
+        help="tokens per sample for the gpt model (default 32)",
+    )
+    data.add_argument(
+        "--num-samples",
+        type=_positive_int,
+        default=4096,
+        help="size of the synthetic dataset (default 4096)",
+    )
+    data.add_argument(
+        "--vocab-size",
+        type=_positive_int,
+        help="token datasets: vocabulary size (default: largest token + 1)",
+    )
+
+    model = parser.add_argument_group("model")
+    model.add_argument("--model", choices=cfg.MODELS, default="mlp")
+    model.add_argument("--width", type=_positive_int, help="hidden size (default per model)")
+    model.add_argument("--depth", type=_positive_int, default=2, help="gpt blocks (default 2)")
+    model.add_argument("--heads", type=_positive_int, default=4, help="gpt heads (default 4)")
+
+    optim = parser.add_argument_group("optimizer")
+    optim.add_argument(
+        "--lr", type=_positive_float, default=1e-3, help="learning rate for one rank (default 1e-3)"
+    )
+    optim.add_argument(
+        "--lr-scaling",
+        choices=cfg.LR_SCALING,
+        default="linear",
+        help="scale the learning rate with the world size (default linear)",
+    )
+    optim.add_argument("--lr-schedule", choices=cfg.LR_SCHEDULES, default="cosine")
+    optim.add_argument("--warmup-steps", type=_non_negative_int, default=0)
+    optim.add_argument("--weight-decay", type=_non_negative_float, default=0.0)
+    optim.add_argument(
+        "--grad-clip",
+        type=_non_negative_float,
+        default=1.0,
+        help="clip the gradient norm to this value; 0 disables",
+    )
+
+    ckpt = parser.add_argument_group("checkpoints")
+    ckpt.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        default=checkpoint_dir,
+        help="shared directory for step-N checkpoints "
+        "(env TRAINER_CHECKPOINT_DIR; unset: no checkpoints)",
+    )
+    ckpt.add_argument(
+        "--checkpoint-interval",
+        type=_positive_int,
+        default=100,
+        metavar="STEPS",
+        help="steps between checkpoints (default 100)",
+    )
+    ckpt.add_argument(
+        "--checkpoint-keep",
+        type=_positive_int,
+        default=3,
+        metavar="K",
+        help="complete checkpoints to keep (default 3)",
+    )
+    ckpt.add_argument(
+        "--checkpoint-mode",
+        choices=cfg.CHECKPOINT_MODES,
+        default="async",
+        help="async: write in the background, one save in flight (default)",
+    )
+    ckpt.add_argument(
+        "--checkpoint-verify",
+        choices=cfg.CHECKPOINT_VERIFY,
+        default="crc32",
+        help="check file sizes and CRC32 (default) or sizes only on resume",
+    )
+    ckpt.add_argument(
+        "--no-resume", action="store_true", help="start from scratch even if checkpoints exist"
+    )
+
+    guard = parser.add_argument_group("failure handling")
+    guard.add_argument(
+        "--max-bad-steps",
+        type=_positive_int,
+        default=3,
+        metavar="K",
+        help="consecutive NaN/Inf steps before rolling back (default 3)",
+    )
+    guard.add_argument(
+        "--max-rollbacks",
+        type=_non_negative_int,
+        default=2,
+        help="rollbacks before exiting as diverged (default 2)",
+    )
+    guard.add_argument(
+        "--watchdog-timeout",
+        type=_non_negative_float,
+        default=600.0,
+        metavar="SECONDS",
+        help="longest allowed step; 0 disables (default 600)",
+    )
+    guard.add_argument(
+        "--inject-fault",
+        type=parse_fault,
+        action="append",
+        default=[],
+        metavar="KIND@STEP[:rank=R]",
+        help="chaos testing: sigkill, sigterm, nan, hang or exception at a "
+        "step, once per job; repeatable",
+    )
+
+    metrics = parser.add_argument_group("metrics")
+    metrics.add_argument(
+        "--metrics-port",
+        type=_non_negative_int,
+        default=env_int(env, "TRAINER_METRICS_PORT", 0),
+        help="Prometheus port on rank 0 (env TRAINER_METRICS_PORT; 0: off)",
+    )
+    metrics.add_argument(
+        "--metrics-file", type=Path, help="also append rank 0's JSON metric lines to this file"
+    )
+    metrics.add_argument("--log-interval", type=_positive_int, default=10, metavar="STEPS")
+    metrics.add_argument(
+        "--peak-flops",
+        type=_positive_float,
+        help="peak FLOP/s of one device for MFU (default: from the GPU model)",
+    )
+
+    transport = parser.add_argument_group("NCCL transport check")
+    transport.add_argument(
+        "--expect-transport",
+        choices=cfg.TRANSPORTS,
+        default=env_choice(env, "TRAINER_EXPECT_TRANSPORT", cfg.TRANSPORTS),
+        help="fail fast unless NCCL uses this network (env TRAINER_EXPECT_TRANSPORT)",
+    )
+    transport.add_argument(
+        "--expect-gdr",
+        action="store_true",
+        default=env_flag(env, "TRAINER_EXPECT_GDR"),
+        help="fail fast unless inter-node traffic uses GPUDirect RDMA (env TRAINER_EXPECT_GDR)",
+    )
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None):
+    env = os.environ if env is None else env
+    args = build_parser(env).parse_args(argv)
+    if args.dataset != "synthetic" and args.data_path is None:
+        raise ConfigError(f"--dataset {args.dataset} needs --data-path")
+    if args.dataset == "tokens" and args.model != "gpt":
+        raise ConfigError("--dataset tokens feeds a language model: use --model gpt")
+    if args.dataset == "npz" and args.model == "gpt":
+        raise ConfigError("--model gpt reads token data: use --dataset tokens or synthetic")
+    if args.expect_gdr and args.expect_transport == "socket":
+        raise ConfigError("--expect-gdr needs --expect-transport ib (sockets have no GPUDirect)")
+    return cfg.TrainConfig(
+        max_steps=args.max_steps,
+        seed=args.seed,
+        device=args.device,
+        collective_timeout=args.collective_timeout,
+        record_samples=args.record_samples,
+        data=cfg.DataConfig(
+            dataset=args.dataset,
+            path=args.data_path,
+            batch_size=args.batch_size,
+            seq_len=args.seq_len,
+            num_samples=args.num_samples,
+            vocab_size=args.vocab_size,
+            seed=args.seed,
+        ),
+        model=cfg.ModelConfig(args.model, args.width, args.depth, args.heads),
+        optim=cfg.OptimConfig(
+            lr=args.lr,
+            lr_scaling=args.lr_scaling,
+            schedule=args.lr_schedule,
+            warmup_steps=args.warmup_steps,
+            weight_decay=args.weight_decay,
+            grad_clip=args.grad_clip,
+        ),
+        checkpoint=cfg.CheckpointConfig(
+            directory=args.checkpoint_dir,
+            interval=args.checkpoint_interval,
+            keep=args.checkpoint_keep,
+            mode=args.checkpoint_mode,
+            verify=args.checkpoint_verify,
+            resume=not args.no_resume,
+        ),
+        guard=cfg.GuardConfig(args.max_bad_steps, args.max_rollbacks),
+        watchdog=cfg.WatchdogConfig(args.watchdog_timeout),
+        metrics=cfg.MetricsConfig(
+            port=args.metrics_port,
+            file=args.metrics_file,
+            log_interval=args.log_interval,
+            peak_flops=args.peak_flops,
+        ),
+        transport=cfg.TransportConfig(args.expect_transport, args.expect_gdr),
+        faults=tuple(args.inject_fault),
+    )
+
+
+def launch_rank(env: Mapping[str, str] | None = None) -> int:
+    """This process's global rank as the launcher announced it (0 when alone)."""
+    env = os.environ if env is None else env
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        if env.get(name, "").isdigit():
+            return int(env[name])
+    return 0
+
+
+def report_error(error: TrainerError) -> None:
+    # Configuration errors are the same on every rank: say it once.
+    if error.code == ExitCode.CONFIG and launch_rank() != 0:
+        return
+    print(f"trainer: error: {error}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config = parse_args(argv)
+        from trainer.train import run
+
+        return int(run(config))
+    except TrainerError as error:
+        report_error(error)
+        return int(error.code)
+    except KeyboardInterrupt:
+        return 130
+    except Exception:
+        traceback.print_exc()
+        return int(ExitCode.FAILED)

@@ -1,0 +1,113 @@
+"""Configuration of the trainer, one dataclass per component.
+
+Each component (data, model, optimizer, checkpointer, guard, watchdog, metrics,
+transport check, fault injection) reads only its own config; `TrainConfig` composes
+them for the training loop. `trainer.cli` builds these from flags and environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MODELS = ("mlp", "cnn", "gpt")
+DATASETS = ("synthetic", "npz", "tokens")
+LR_SCALING = ("linear", "sqrt", "none")
+LR_SCHEDULES = ("cosine", "constant")
+CHECKPOINT_MODES = ("async", "sync")
+CHECKPOINT_VERIFY = ("crc32", "size")
+TRANSPORTS = ("ib", "socket")
+FAULT_KINDS = ("sigkill", "sigterm", "nan", "hang", "exception")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    dataset: str = "synthetic"
+    path: Path | None = None
+    batch_size: int = 16  # samples per rank per step
+    seq_len: int = 32  # tokens per sample for the GPT model
+    num_samples: int = 4096  # size of the synthetic dataset
+    vocab_size: int | None = None  # token datasets: inferred from the file when unset
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "mlp"
+    width: int | None = None  # hidden size; each model has its own default
+    depth: int = 2  # transformer blocks (gpt)
+    heads: int = 4  # attention heads (gpt)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-3  # for one rank; scaled by `lr_scaling` with the world size
+    lr_scaling: str = "linear"
+    schedule: str = "cosine"
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0  # 0 disables clipping (the norm is still checked)
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    directory: Path | None = None
+    interval: int = 100  # steps between saves
+    keep: int = 3  # complete checkpoints kept
+    mode: str = "async"
+    verify: str = "crc32"
+    resume: bool = True
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    max_bad_steps: int = 3  # consecutive NaN/Inf steps before a rollback
+    max_rollbacks: int = 2  # rollbacks before giving up as diverged
+
+
+@dataclass(frozen=True)
+class WatchdogConfig:
+    timeout: float = 600.0  # seconds one training step may take; 0 disables
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    port: int = 0  # Prometheus endpoint on rank 0; 0 disables
+    file: Path | None = None  # JSON lines copy of what rank 0 prints
+    log_interval: int = 10
+    peak_flops: float | None = None  # per device; default from the GPU model
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    expect: str | None = None  # "ib" or "socket"
+    expect_gdr: bool = False
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    step: int
+    rank: int | None = None  # None: every rank
+
+    def __str__(self) -> str:
+        suffix = "" if self.rank is None else f":rank={self.rank}"
+        return f"{self.kind}@{self.step}{suffix}"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    max_steps: int
+    seed: int = 0
+    device: str = "auto"
+    collective_timeout: float = 1800.0
+    record_samples: Path | None = None
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    faults: tuple[Fault, ...] = ()

@@ -1,0 +1,58 @@
+"""Exit codes and the errors that carry them.
+
+The training operator's `ExitCode` restart policy treats 1-127 as permanent and
+128-255 as retryable, so every way the trainer ends maps to a code on the right side
+of that line: a bad configuration will fail again, a preempted or hung job will not.
+"""
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FAILED = 1  # unexpected error: most likely a bug, retrying repeats it
+    CONFIG = 2  # bad arguments, data or environment
+    DIVERGED = 3  # NaN/Inf persisted through every allowed rollback
+    TRANSPORT = 4  # NCCL chose another transport than the cluster promises
+    HANG = 200  # the watchdog ended a step that took too long
+    PEER_LOST = 201  # a collective failed because another rank went away
+    TERMINATED = 143  # SIGTERM (eviction, torchrun restart): state saved, 128 + 15
+
+    @property
+    def retryable(self) -> bool:
+        return self >= 128
+
+
+EXIT_CODE_DOCS = {
+    ExitCode.OK: "training finished",
+    ExitCode.FAILED: "unexpected error (a bug): not retried",
+    ExitCode.CONFIG: "bad arguments, data or environment: not retried",
+    ExitCode.DIVERGED: "loss stayed NaN/Inf through every rollback: not retried",
+    ExitCode.TRANSPORT: "NCCL transport differs from the expected one: not retried",
+    ExitCode.HANG: "a step exceeded the watchdog timeout: retried",
+    ExitCode.PEER_LOST: "another rank disappeared during a collective: retried",
+    ExitCode.TERMINATED: "SIGTERM received, emergency checkpoint written: retried",
+}
+
+
+class TrainerError(Exception):
+    """An expected failure: its message is one line for the log, its code the exit."""
+
+    code = ExitCode.FAILED
+
+    def __init__(self, message: str, code: ExitCode | None = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class ConfigError(TrainerError):
+    code = ExitCode.CONFIG
+
+
+class TransportError(TrainerError):
+    code = ExitCode.TRANSPORT
+
+
+class DivergedError(TrainerError):
+    code = ExitCode.DIVERGED

@@ -1,0 +1,503 @@
+"""The training loop: a thin composition of the trainer's components.
+
+Data order (`data`), model (`models`), checkpoints (`checkpoint`), the NaN guard
+(`guard`), the hang watchdog (`watchdog`), SIGTERM handling (`termination`), fault
+injection (`faults`), metrics (`metrics`) and the NCCL transport check (`transport`)
+each own one concern and their own config; this module wires them together and owns
+the job's progress counters.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.nn.parallel import DistributedDataParallel
+
+from trainer import distributed, transport
+from trainer.checkpoint import Checkpointer, params_sha256
+from trainer.cli import report_error
+from trainer.config import OptimConfig, TrainConfig
+from trainer.data import SampleOrder, load_dataset, rank_share
+from trainer.errors import DivergedError, ExitCode, TrainerError
+from trainer.faults import FaultInjector
+from trainer.guard import NonFiniteGuard, Verdict
+from trainer.metrics import Metrics, peak_flops_for
+from trainer.models import build_model, loss_fn, training_flops_per_sample
+from trainer.termination import TerminationHandler
+from trainer.watchdog import Watchdog
+
+log = logging.getLogger("trainer")
+
+
+@dataclass
+class Progress:
+    """What the job has done so far; saved in every checkpoint."""
+
+    step: int = 0
+    consumed_samples: int = 0  # positions of the sample stream used by the whole job
+    epoch: int = 0
+    world_size: int = 1
+    job_start_time: float = 0.0  # wall clock of the job's first launch
+    productive_seconds: float = 0.0  # step time of every step the job kept
+    launches: int = 1
+    dataset_size: int = 0
+    seed: int = 0
+
+
+def lr_multiplier(config: OptimConfig, world_size: int) -> float:
+    if config.lr_scaling == "linear":
+        return float(world_size)
+    if config.lr_scaling == "sqrt":
+        return math.sqrt(world_size)
+    return 1.0
+
+
+def lr_at(step: int, peak: float, config: OptimConfig, max_steps: int) -> float:
+    """Learning rate of `step` (1-based): linear warm-up, then constant or cosine to 10%."""
+    if config.warmup_steps and step <= config.warmup_steps:
+        return peak * step / config.warmup_steps
+    if config.schedule == "constant":
+        return peak
+    span = max(1, max_steps - config.warmup_steps)
+    progress = min(1.0, (step - config.warmup_steps) / span)
+    return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def _is_peer_loss(error: BaseException) -> bool:
+    """A collective failed because another rank is gone (gloo or NCCL)."""
+    if isinstance(error, dist.DistError):
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and any(
+        marker in text
+        for marker in (
+            "Connection closed by peer",
+            "Connection reset by peer",
+            "NCCL communicator was aborted",
+            "Broken pipe",
+        )
+    )
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig):
+        self.config = config
+        self.state_lock = threading.RLock()
+        self._exit_lock = threading.Lock()
+        self.ckpt: Checkpointer | None = None
+        self.watchdog = Watchdog(config.watchdog.timeout)
+        self.metrics: Metrics | None = None
+        self._samples_file = None
+
+    # -- setup ----------------------------------------------------------------------
+
+    def setup(self) -> None:
+        config = self.config
+        nccl_log = transport.prepare(os.environ) if config.transport.expect else None
+        self.topo = topo = distributed.initialize(
+            config.device, config.collective_timeout, config.checkpoint.directory
+        )
+        _configure_logging(topo.rank)
+        self.device = torch.device(topo.device)
+        self.rank, self.world = topo.rank, topo.world_size
+
+        self.dataset = load_dataset(config.data, config.model.name)
+        self.order = SampleOrder(len(self.dataset), config.seed)
+        self.global_batch = config.data.batch_size * self.world
+
+        torch.manual_seed(config.seed)
+        model = build_model(config.model, self.dataset.spec).to(self.device)
+        sample = self.dataset.batch(self.order.take(0, 1))[0].to(self.device)
+        self.flops_per_sample = training_flops_per_sample(model, sample)
+        self.ddp = DistributedDataParallel(
+            model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+        )
+        self.peak_lr = config.optim.lr * lr_multiplier(config.optim, self.world)
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=self.peak_lr, weight_decay=config.optim.weight_decay
+        )
+
+        # Rank 0's clock names this launch and, on a first launch, starts the job.
+        shared = [(time.time_ns(), time.time())]
+        dist.broadcast_object_list(shared, src=0)
+        self.launch_tag = str(shared[0][0])
+        self.progress = Progress(
+            world_size=self.world,
+            job_start_time=shared[0][1],
+            dataset_size=len(self.dataset),
+            seed=config.seed,
+        )
+        self.resumed_from = None
+        if config.checkpoint.directory is not None:
+            self.ckpt = Checkpointer(config.checkpoint, self.rank, self.world, self.launch_tag)
+            self.ckpt.on_saved = self._on_checkpoint_saved
+            self.ckpt.discard_unfinished()
+            dist.barrier()
+            if config.checkpoint.resume:
+                self.resumed_from = self._restore()
+
+        if nccl_log is not None:
+            transport.confirm(nccl_log, config.transport, topo)
+
+        self.guard = NonFiniteGuard(config.guard)
+        marker_dir = config.checkpoint.directory
+        self.faults = FaultInjector(config.faults, self.rank, marker_dir)
+        peak = config.metrics.peak_flops
+        if peak is None and self.device.type == "cuda":
+            peak = peak_flops_for(torch.cuda.get_device_name(self.device))
+        self.peak_flops = peak
+        self.metrics = Metrics(config.metrics, self.rank)
+        if config.record_samples is not None:
+            config.record_samples.mkdir(parents=True, exist_ok=True)
+            path = config.record_samples / f"samples.rank{self.rank}.jsonl"
+            self._samples_file = path.open("a", buffering=1)
+
+    def _state(self) -> dict:
+        model_state, optim_state = get_state_dict(self.ddp, self.optimizer)
+        return {
+            "model": model_state,
+            "optim": optim_state,
+            "progress": asdict(self.progress),
+            "schedule": {
+                "lr": self.config.optim.lr,
+                "peak_lr": self.peak_lr,
+                "scaling": self.config.optim.lr_scaling,
+                "schedule": self.config.optim.schedule,
+                "warmup_steps": self.config.optim.warmup_steps,
+                "max_steps": self.config.max_steps,
+            },
+            f"rng_rank{self.rank}": torch.get_rng_state(),
+        }
+
+    def _restore(self) -> int | None:
+        rng_key = f"rng_rank{self.rank}"
+
+        def template(keys: set[str]) -> dict:
+            state = self._state()
+            if rng_key not in keys:
+                del state[rng_key]
+            return state
+
+        with self.state_lock:
+            found = self.ckpt.restore(template)
+            if found is None:
+                log.info(
+                    "no usable checkpoint in %s: starting at step 0",
+                    self.config.checkpoint.directory,
+                )
+                return None
+            step, state = found
+            set_state_dict(
+                self.ddp,
+                self.optimizer,
+                model_state_dict=state["model"],
+                optim_state_dict=state["optim"],
+            )
+            if rng_key in state:
+                torch.set_rng_state(state[rng_key])
+            known = {f.name for f in fields(Progress)}
+            saved = Progress(**{k: v for k, v in state["progress"].items() if k in known})
+            self._adopt(saved)
+        log.info(
+            "resumed from step-%d (epoch %d, %d samples consumed, saved at world size %d, now %d)",
+            step,
+            saved.epoch,
+            saved.consumed_samples,
+            saved.world_size,
+            self.world,
+        )
+        return step
+
+    def _adopt(self, saved: Progress) -> None:
+        if saved.dataset_size != len(self.dataset) or saved.seed != self.config.seed:
+            log.warning(
+                "the checkpoint was trained on %d samples with seed %d, this launch has "
+                "%d with seed %d: the sample order differs from the saved one",
+                saved.dataset_size,
+                saved.seed,
+                len(self.dataset),
+                self.config.seed,
+            )
+        if saved.world_size != self.world:
+            log.warning(
+                "world size changed from %d to %d: global batch now %d, peak learning "
+                "rate %g (%s scaling)",
+                saved.world_size,
+                self.world,
+                self.global_batch,
+                self.peak_lr,
+                self.config.optim.lr_scaling,
+            )
+        # In place: the training loop holds a reference to this object.
+        progress = self.progress
+        progress.step = saved.step
+        progress.consumed_samples = saved.consumed_samples
+        progress.epoch = saved.epoch
+        progress.job_start_time = saved.job_start_time
+        progress.productive_seconds = saved.productive_seconds
+        progress.launches = saved.launches + 1
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def train(self) -> ExitCode:
+        config, progress = self.config, self.progress
+        TerminationHandler(self._on_sigterm).install()
+        self.watchdog.start()
+        self.metrics.emit(
+            "start",
+            step=progress.step,
+            resumed_from=self.resumed_from,
+            world_size=self.world,
+            launcher=self.topo.launcher,
+            backend=self.topo.backend,
+            device=str(self.device),
+            model=config.model.name,
+            params=sum(p.numel() for p in self.ddp.parameters()),
+            flops_per_sample=self.flops_per_sample,
+            global_batch=self.global_batch,
+            peak_lr=self.peak_lr,
+            dataset_size=len(self.dataset),
+            launches=progress.launches,
+            max_steps=config.max_steps,
+        )
+        window = {"loss": 0.0, "applied": 0, "steps": 0}
+        window_started = time.perf_counter()
+        while progress.step < config.max_steps:
+            step = progress.step + 1
+            self.watchdog.beat(step)
+            started = time.perf_counter()
+            block = self.order.take(progress.consumed_samples, self.global_batch)
+            ids = rank_share(block, self.rank, self.world)
+            inputs, targets = self.dataset.batch(ids)
+            inputs, targets = inputs.to(self.device), targets.to(self.device)
+            poison = self.faults.during_step(step)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(self.ddp(inputs), targets)
+            if poison:
+                loss = loss * float("nan")
+            loss.backward()
+            max_norm = config.optim.grad_clip or math.inf
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.ddp.parameters(), max_norm))
+            loss_value = float(loss.detach())
+            verdict = self.guard.judge(step, grad_norm, loss_value)
+            if verdict is Verdict.ROLLBACK:
+                self._rollback(step)
+                continue
+            with self.state_lock:
+                lr = lr_at(step, self.peak_lr, config.optim, config.max_steps)
+                if verdict is Verdict.STEP:
+                    for group in self.optimizer.param_groups:
+                        group["lr"] = lr
+                    self.optimizer.step()
+                progress.step = step
+                progress.consumed_samples += self.global_batch
+                progress.epoch = self.order.epoch_of(progress.consumed_samples)
+                elapsed = time.perf_counter() - started
+                progress.productive_seconds += elapsed
+            self._record_samples(step, ids)
+            window["steps"] += 1
+            if verdict is Verdict.STEP:
+                window["loss"] += loss_value
+                window["applied"] += 1
+            self.faults.after_step(step)
+            if step % config.metrics.log_interval == 0 or step == config.max_steps:
+                now = time.perf_counter()
+                self._log_window(step, window, now - window_started, lr, grad_norm)
+                window = {"loss": 0.0, "applied": 0, "steps": 0}
+                window_started = now
+            if self.ckpt is not None:
+                if step % config.checkpoint.interval == 0 or step == config.max_steps:
+                    self.ckpt.save(step, self._state())
+                self.ckpt.poll()
+        return self._finish()
+
+    def _log_window(
+        self, step: int, window: dict, seconds: float, lr: float, grad_norm: float
+    ) -> None:
+        totals = torch.tensor(
+            [window["loss"], float(window["applied"])], dtype=torch.float64, device=self.device
+        )
+        dist.all_reduce(totals)
+        loss = (totals[0] / totals[1]).item() if window["applied"] else None
+        steps = max(1, window["steps"])
+        samples_per_second = self.global_batch * steps / seconds if seconds > 0 else 0.0
+        mfu = None
+        if self.peak_flops:
+            mfu = self.flops_per_sample * samples_per_second / (self.peak_flops * self.world)
+        wall = time.time() - self.progress.job_start_time
+        ckpt = self.ckpt
+        self.metrics.emit(
+            "step",
+            step=step,
+            epoch=self.progress.epoch,
+            loss=loss,
+            step_seconds=seconds / steps,
+            samples_per_second=samples_per_second,
+            tokens_per_second=(
+                samples_per_second * self.dataset.spec.tokens_per_sample
+                if self.dataset.spec.tokens_per_sample
+                else None
+            ),
+            mfu=mfu,
+            lr=lr,
+            grad_norm=grad_norm,
+            checkpoint_save_seconds=ckpt.last_save_seconds if ckpt else None,
+            checkpoint_blocking_seconds=ckpt.last_blocking_seconds if ckpt else None,
+            ettr=min(1.0, self.progress.productive_seconds / wall) if wall > 0 else None,
+            skipped_steps=self.guard.skipped_total,
+            rollbacks=self.guard.rollbacks,
+            consumed_samples=self.progress.consumed_samples,
+            world_size=self.world,
+        )
+
+    def _on_checkpoint_saved(self, step: int, seconds: float, blocking: float) -> None:
+        self.metrics.emit(
+            "checkpoint",
+            step=step,
+            mode=self.config.checkpoint.mode,
+            save_seconds=seconds,
+            blocking_seconds=blocking,
+        )
+
+    def _record_samples(self, step: int, ids) -> None:
+        if self._samples_file is None:
+            return
+        self._samples_file.write(
+            json.dumps(
+                {
+                    "launch": self.launch_tag,
+                    "step": step,
+                    "rank": self.rank,
+                    "world_size": self.world,
+                    "ids": [int(i) for i in ids],
+                }
+            )
+            + "\n"
+        )
+
+    def _rollback(self, step: int) -> None:
+        if self.ckpt is None:
+            raise DivergedError(
+                f"step {step}: non-finite gradients and no --checkpoint-dir to roll back to"
+            )
+        self.ckpt.wait()
+        consumed = self.progress.consumed_samples + self.global_batch
+        launches = self.progress.launches
+        if self._restore() is None:
+            raise DivergedError(
+                f"step {step}: non-finite gradients and no checkpoint to roll back to"
+            )
+        skipped = consumed - self.progress.consumed_samples
+        log.warning(
+            "rolled back from step %d to step %d; the %d samples since that "
+            "checkpoint are skipped, not replayed",
+            step,
+            self.progress.step,
+            skipped,
+        )
+        with self.state_lock:
+            self.progress.consumed_samples = consumed
+            self.progress.epoch = self.order.epoch_of(consumed)
+            self.progress.launches = launches
+
+    def _finish(self) -> ExitCode:
+        if self.ckpt is not None:
+            self.ckpt.close()
+        self.watchdog.stop()
+        digest = params_sha256(get_model_state_dict(self.ddp))
+        wall = time.time() - self.progress.job_start_time
+        self.metrics.emit(
+            "end",
+            step=self.progress.step,
+            params_sha256=digest,
+            epoch=self.progress.epoch,
+            consumed_samples=self.progress.consumed_samples,
+            ettr=min(1.0, self.progress.productive_seconds / wall) if wall > 0 else None,
+            failed_checkpoints=self.ckpt.failed_saves if self.ckpt else 0,
+        )
+        self.metrics.close()
+        if self._samples_file:
+            self._samples_file.close()
+        distributed.shutdown()
+        return ExitCode.OK
+
+    # -- leaving in a hurry -----------------------------------------------------------
+
+    def _on_sigterm(self) -> None:
+        self.emergency_exit(ExitCode.TERMINATED, "SIGTERM")
+
+    def emergency_exit(self, code: ExitCode, reason: str) -> None:
+        """Save the last completed step without collectives (rank 0), then exit."""
+        if not self._exit_lock.acquire(blocking=False):
+            threading.Event().wait()  # another thread is already doing this
+        self.watchdog.stop()
+        # Wait for a step boundary: the optimizer step must not be half applied.
+        consistent = self.state_lock.acquire(timeout=60)
+        step = self.progress.step if hasattr(self, "progress") else 0
+        try:
+            if self.ckpt is not None and self.rank == 0 and consistent and step > 0:
+                started = time.perf_counter()
+                path = self.ckpt.emergency_save(step, self._state())
+                log.warning(
+                    "%s: saved %s without collectives in %.1fs; exiting with %d",
+                    reason,
+                    path.name,
+                    time.perf_counter() - started,
+                    code,
+                )
+            else:
+                log.warning("%s at step %d: exiting with %d", reason, step, code)
+        except Exception as error:
+            log.error("%s: emergency checkpoint of step %d failed: %s", reason, step, error)
+        _hard_exit(code)
+
+
+def _configure_logging(rank: int) -> None:
+    logging.basicConfig(
+        level=logging.INFO if rank == 0 else logging.WARNING,
+        format=f"%(asctime)s trainer[rank {rank}] %(levelname)s %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+
+
+def _hard_exit(code: int) -> None:
+    """Leave without joining threads or tearing down a process group with dead peers."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(code))
+
+
+def run(config: TrainConfig) -> int:
+    trainer = Trainer(config)
+    try:
+        trainer.setup()
+        return int(trainer.train())
+    except TrainerError as error:
+        report_error(error)
+        code = error.code
+    except Exception as error:
+        if trainer._exit_lock.locked():
+            threading.Event().wait()  # SIGTERM handling owns the exit
+        if _is_peer_loss(error) and hasattr(trainer, "progress"):
+            log.error("a collective failed, another rank is gone: %s", str(error).splitlines()[0])
+            trainer.emergency_exit(ExitCode.PEER_LOST, "peer lost")
+        traceback.print_exc()
+        code = ExitCode.FAILED
+    _hard_exit(code)
+    return int(code)  # not reached
