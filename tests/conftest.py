@@ -37,3 +37,10 @@ def trainops(cache_dir: Path):
         return Run(done.returncode, done.stdout, done.stderr)
 
     return call
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    from tests.workspace import make_workspace
+
+    return make_workspace(tmp_path / "repo")

@@ -34,15 +34,17 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from trainops.cli import cluster, kubeconform, policies, render, schemas, validate
+    from trainops.cli import cluster, diff, kubeconform, policies, render, schemas, validate
 
     cli.add_command(render.render)
     cli.add_command(validate.validate)
     cli.add_command(schemas.schemas)
     cli.add_command(kubeconform.kubeconform)
     cli.add_command(cluster.new_cluster)
+    cli.add_command(cluster.set_profile)
     cli.add_command(cluster.new_run)
     cli.add_command(policies.policies)
+    cli.add_command(diff.diff)
 
 
 _register()

@@ -1,16 +1,28 @@
-"""`trainops new-cluster` and `trainops new-run`: write overlays and runs from a profile."""
+"""`trainops new-cluster`, `set` and `new-run`: write overlays and runs from a profile."""
 
 from __future__ import annotations
 
+import difflib
+import os
 from pathlib import Path
 
 import click
 
 from trainops.cli.common import project_config
 from trainops.errors import InputError
+from trainops.profile.edit import parse_assignment
 from trainops.profile.model import FABRICS, FIELD_DOCS, SCHEDULERS
 from trainops.profile.runs import TEMPLATES
-from trainops.profile.writer import WriteResult, profile_values, write_cluster, write_run
+from trainops.profile.writer import (
+    FileChange,
+    WriteResult,
+    apply_changes,
+    plan_set,
+    profile_values,
+    sync_projects,
+    write_cluster,
+    write_run,
+)
 from trainops.render.discover import display_path
 from trainops.yamlio import load_yaml_mapping, read_text
 
@@ -108,6 +120,59 @@ def _values_from_flags(flags: dict) -> dict:
         if flags.get(flag) is None:
             raise InputError(f"--{flag.replace('_', '-')} is required (or give --from FILE)")
     return dict(sorted(values.items(), key=lambda kv: list(FIELD_DOCS).index(kv[0])))
+
+
+@click.command("set")
+@click.argument("overlay")
+@click.argument("assignments", nargs=-1, required=True)
+@click.option("--dry-run", is_flag=True, help="Print the diff, write nothing.")
+def set_profile(overlay, assignments, dry_run):
+    """Change keys of a cluster profile and regenerate its overlay.
+
+    OVERLAY is the cluster name or its directory (overlays/NAME). Each
+    ASSIGNMENT is KEY=VALUE, MAP.NAME=VALUE for a map key such as nccl, or KEY-
+    (MAP.NAME-) to remove one. The edit keeps the profile's comments, key order
+    and quoting; a new key arrives with its documentation comment. Values take
+    the key's type: nodes=6 is a number, hca=mlx5_0,mlx5_1 a list, nccl values
+    are strings. The new profile is checked before anything is written, then the
+    unified diff of every changed file is printed.
+
+    \b
+    Examples:
+      trainops set prod-roce nodes=24
+      trainops set prod-roce nccl.NCCL_IB_TIMEOUT=23 nccl.NCCL_IB_RETRY_CNT-
+      trainops set overlays/lab-tcp placement=pack --dry-run
+    """
+    name = Path(overlay).name if os.sep in overlay else overlay
+    root = repository_root()
+    changes = plan_set(root, name, [parse_assignment(text) for text in assignments])
+    click.echo(unified_diff(changes, root), nl=False)
+    if not changes:
+        click.echo(f"unchanged: overlays/{name} already has these settings")
+    elif dry_run:
+        click.echo(f"dry run: {len(changes)} file(s) would change")
+    else:
+        result = apply_changes(changes)
+        result.merge(sync_projects(root))
+        click.echo(
+            f"{len(result.written) + len(result.removed)} file(s) changed; next: "
+            f"trainops validate overlays/{name}"
+        )
+
+
+def unified_diff(changes: list[FileChange], root: Path) -> str:
+    chunks = []
+    for change in changes:
+        shown = change.path.relative_to(root)
+        chunks.extend(
+            difflib.unified_diff(
+                (change.old or "").splitlines(keepends=True),
+                (change.new or "").splitlines(keepends=True),
+                fromfile="/dev/null" if change.old is None else f"a/{shown}",
+                tofile="/dev/null" if change.new is None else f"b/{shown}",
+            )
+        )
+    return "".join(chunks)
 
 
 @click.command("new-run", context_settings={"ignore_unknown_options": True})

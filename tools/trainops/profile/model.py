@@ -111,7 +111,7 @@ FIELD_DOCS = {
     "nccl": "extra NCCL_* variables for this cluster (name: value)",
 }
 
-_TYPES: dict[str, type | tuple[type, ...]] = {
+FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "fabric": str,
     "network": str,
     "nic": str,
@@ -184,14 +184,14 @@ def parse_profile(
         raise fail("apiVersion", f"expected apiVersion {API_VERSION} and kind {KIND}")
     values = {k: v for k, v in data.items() if k not in ("apiVersion", "kind")}
     for key in values:
-        if key not in _TYPES:
-            known = ", ".join(sorted(_TYPES))
+        if key not in FIELD_TYPES:
+            known = ", ".join(sorted(FIELD_TYPES))
             raise fail(key, f"unknown key (known keys: {known})")
     for key in REQUIRED:
         if values.get(key) in (None, ""):
             raise fail(key, "is required")
     for key, value in values.items():
-        expected = _TYPES[key]
+        expected = FIELD_TYPES[key]
         if value is None:
             continue
         if expected is int and (isinstance(value, bool) or not isinstance(value, int)):

@@ -18,10 +18,19 @@ from typing import Any
 
 from trainops.errors import InputError
 from trainops.fsutil import write_if_changed
-from trainops.profile.model import API_VERSION, FIELD_DOCS, KIND, load_profile, parse_profile
+from trainops.profile.edit import Assignment, apply_assignments
+from trainops.profile.model import (
+    API_VERSION,
+    FIELD_DOCS,
+    KIND,
+    ClusterProfile,
+    load_profile,
+    parse_profile,
+)
 from trainops.profile.overlay import generate
 from trainops.profile.projects import render_projects
 from trainops.profile.runs import check_run_name, generate_run
+from trainops.render.discover import display_path
 from trainops.yamlio import dump, load_yaml_mapping
 
 PROFILE = "cluster.yaml"
@@ -106,24 +115,63 @@ def write_cluster(root: Path, name: str, values: dict[str, Any], force: bool) ->
     return result
 
 
-def regenerate(root: Path, name: str) -> WriteResult:
-    """Bring overlays/<name>/ in line with its cluster.yaml."""
+@dataclass(frozen=True)
+class FileChange:
+    path: Path
+    old: str | None  # None: the file is new
+    new: str | None  # None: the file goes away
+
+
+def plan_overlay(root: Path, name: str, profile: ClusterProfile) -> list[FileChange]:
+    """What overlays/<name>/ must change (files to write or remove) to match `profile`."""
     directory = root / "overlays" / name
-    profile = load_profile(directory / PROFILE)
+    changes = []
     files = generate(profile)
-    result = WriteResult()
     for relative, text in files.items():
         path = directory / relative
-        _record(result, path, write_if_changed(path, text))
+        old = path.read_text() if path.is_file() else None
+        if old != text:
+            changes.append(FileChange(path, old, text))
     wanted = {directory / relative for relative in files}
     for path in sorted(directory.rglob("*.yaml")):
         if "runs" in path.relative_to(directory).parts or path in wanted:
             continue
-        if path.name != PROFILE and path.read_text().startswith(GENERATED_MARK):
-            path.unlink()
-            result.removed.append(path)
+        text = path.read_text()
+        if path.name != PROFILE and text.startswith(GENERATED_MARK):
+            changes.append(FileChange(path, text, None))
+    return changes
+
+
+def apply_changes(changes: list[FileChange]) -> WriteResult:
+    result = WriteResult()
+    for change in changes:
+        if change.new is None:
+            change.path.unlink()
+            result.removed.append(change.path)
+        else:
+            _record(result, change.path, write_if_changed(change.path, change.new))
+    return result
+
+
+def regenerate(root: Path, name: str) -> WriteResult:
+    """Bring overlays/<name>/ in line with its cluster.yaml."""
+    profile = load_profile(root / "overlays" / name / PROFILE)
+    result = apply_changes(plan_overlay(root, name, profile))
     result.merge(sync_projects(root))
     return result
+
+
+def plan_set(root: Path, name: str, assignments: list[Assignment]) -> list[FileChange]:
+    """The profile edit and every derived file it changes, checked before anything is written."""
+    path = root / "overlays" / name / PROFILE
+    if not path.is_file():
+        raise InputError(f"no cluster {name!r}: overlays/{name}/{PROFILE} does not exist")
+    old = path.read_text()
+    new = apply_assignments(old, assignments)
+    where = display_path(path)
+    profile = parse_profile(load_yaml_mapping(new, where), name, where, new)
+    changes = [FileChange(path, old, new)] if new != old else []
+    return changes + plan_overlay(root, name, profile)
 
 
 def sync_projects(root: Path) -> WriteResult:

@@ -1,0 +1,93 @@
+"""`trainops diff` between Git revisions of a private copy of the repository."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from tests.workspace import commit
+from trainops.diff.compare import MISSING, field_changes
+
+
+def diff_json(trainops, workspace, *args: str) -> dict:
+    run = trainops("diff", "--format", "json", *args, cwd=workspace)
+    assert run.code == 0, run.err
+    return json.loads(run.out)
+
+
+def test_an_nccl_change_shows_exactly_that_change_in_every_affected_resource(trainops, workspace):
+    assert trainops("set", "prod-roce", "nccl.NCCL_IB_TIMEOUT=23", cwd=workspace).code == 0
+    commit(workspace, "NCCL_IB_TIMEOUT 23 on prod-roce")
+    report = diff_json(trainops, workspace, "--base", "HEAD~1", "--head", "HEAD")
+    resources = report["resources"]
+    assert {r["change"] for r in resources} == {"modified"}
+    assert {r["app"] for r in resources} == {
+        "overlays/prod-roce",  # the platform's preflight job
+        "overlays/prod-roce/runs/gpt-pretrain-1121",
+    }
+    for resource in resources:
+        assert resource["fields"], resource
+        for change in resource["fields"]:
+            assert change["path"].endswith("env[NCCL_IB_TIMEOUT].value")
+            assert (change["old"], change["new"]) == ("22", "23")
+    [run] = [r for r in resources if "/runs/" in r["app"]]
+    assert any("already exists" in w for w in run["warnings"])
+    assert report["base"].startswith("HEAD~1 (") and report["head"].startswith("HEAD (")
+
+
+def test_an_immutable_queue_change_is_flagged(trainops, workspace):
+    assert trainops("set", "prod-ib", "queue=research", cwd=workspace).code == 0
+    run = trainops("diff", "overlays/prod-ib/runs", cwd=workspace)
+    assert run.code == 0
+    assert '~ spec.runPolicy.schedulingPolicy.queue: "training" -> "research"' in run.out
+    assert "the job's queue is immutable" in run.out
+    strict = trainops("diff", "--fail-on-warning", cwd=workspace)
+    assert strict.code == 1
+
+
+def test_a_deleted_run_is_pruned_and_said_so(trainops, workspace):
+    shutil.rmtree(workspace / "overlays/lab-tcp/runs/mlp-smoke-1121")
+    report = diff_json(trainops, workspace)
+    [removed] = report["resources"]
+    assert removed["change"] == "removed" and removed["resource"].endswith("mlp-smoke-1121")
+    assert "Argo CD prunes run mlp-smoke-1121" in removed["warnings"][0]
+
+
+def test_markdown_is_ready_for_a_pull_request_comment(trainops, workspace):
+    assert trainops("set", "prod-ib", "queue=research", cwd=workspace).code == 0
+    run = trainops("diff", "--format", "markdown", cwd=workspace)
+    assert run.out.startswith("### trainops diff: `HEAD (")
+    assert "> [!WARNING]" in run.out
+    assert '| `spec.runPolicy.schedulingPolicy.queue` | `"training"` | `"research"` |' in run.out
+
+
+def test_no_change_says_so(trainops, workspace):
+    run = trainops("diff", cwd=workspace)
+    assert run.code == 0 and run.out.startswith("no changes to synced resources")
+
+
+def test_an_unknown_revision_is_a_one_line_error(trainops, workspace):
+    run = trainops("diff", "--base", "no-such-branch", cwd=workspace)
+    assert run.code == 2
+    assert len(run.err.strip().splitlines()) == 1 and "no-such-branch" in run.err
+
+
+def test_named_lists_are_matched_by_name():
+    old = {"env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}
+    new = {
+        "env": [
+            {"name": "A", "value": "1"},
+            {"name": "X", "value": "9"},
+            {"name": "B", "value": "3"},
+        ]
+    }
+    changes = {(c.path, c.kind) for c in field_changes(old, new)}
+    assert changes == {("env[B].value", "changed"), ("env[X]", "added")}
+
+
+def test_unnamed_lists_compare_by_position():
+    changes = field_changes({"args": ["a", "b"]}, {"args": ["a", "c", "d"]})
+    assert [(c.path, c.old, c.new) for c in changes] == [
+        ("args[1]", "b", "c"),
+        ("args[2]", MISSING, "d"),
+    ]

@@ -1,0 +1,244 @@
+"""Cluster profiles: new-cluster, new-run and set, on a private copy of the repository."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from tests.support import write
+from tests.workspace import commit, status
+
+ROCE = [
+    "--fabric",
+    "roce",
+    "--gpus-per-node",
+    "8",
+    "--nodes",
+    "4",
+    "--hca",
+    "mlx5_0",
+    "--hca",
+    "mlx5_1",
+    "--gid-index",
+    "3",
+    "--rdma-resource",
+    "nvidia.com/roce_vf",
+    "--storage-class",
+    "cephfs",
+    "--scheduler",
+    "kueue",
+    "--image",
+    "ghcr.io/example-org/trainops-trainer:0.1.0",
+]
+
+
+def validate_clean(trainops, workspace: Path, *paths: str) -> dict:
+    run = trainops("validate", "--format", "json", *paths, cwd=workspace)
+    report = json.loads(run.out)
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    assert run.code == 0 and errors == [], errors
+    return report
+
+
+def test_new_cluster_writes_an_overlay_that_validates_and_argo_cd_picks_up(trainops, workspace):
+    run = trainops("new-cluster", "gpu-east", *ROCE, cwd=workspace)
+    assert run.code == 0, run.err
+    assert (workspace / "overlays/gpu-east/cluster.yaml").is_file()
+    assert "gpu-east" in (workspace / "argocd/projects.yaml").read_text()
+    validate_clean(trainops, workspace, "overlays/gpu-east")
+    # The ApplicationSets find it with no other edit: the diff shows a new Application.
+    diff = json.loads(trainops("diff", "--format", "json", cwd=workspace).out)
+    apps = {entry["app"] for entry in diff["resources"] if entry["change"] == "added"}
+    assert "overlays/gpu-east" in apps
+
+
+def test_new_cluster_twice_with_the_same_flags_changes_nothing(trainops, workspace):
+    assert trainops("new-cluster", "gpu-east", *ROCE, cwd=workspace).code == 0
+    commit(workspace, "add gpu-east")
+    again = trainops("new-cluster", "gpu-east", *ROCE, cwd=workspace)
+    assert again.code == 0 and "unchanged" in again.out
+    assert status(workspace) == ""
+
+
+def test_new_cluster_with_other_flags_needs_force(trainops, workspace):
+    assert trainops("new-cluster", "gpu-east", *ROCE, cwd=workspace).code == 0
+    commit(workspace, "add gpu-east")
+    other = [*ROCE[:4], "--nodes", "6", *ROCE[6:]]
+    refused = trainops("new-cluster", "gpu-east", *other, cwd=workspace)
+    assert refused.code == 2
+    assert "already exists with other settings (nodes: 4 -> 6)" in refused.err
+    assert status(workspace) == ""
+    forced = trainops("new-cluster", "gpu-east", *other, "--force", cwd=workspace)
+    assert forced.code == 0, forced.err
+    assert "nodes: 6" in (workspace / "overlays/gpu-east/cluster.yaml").read_text()
+
+
+@pytest.mark.parametrize("template", ["pytorchjob", "elastic", "mpijob"])
+def test_new_run_renders_a_job_named_after_the_run(trainops, workspace, template):
+    run = trainops(
+        "new-run",
+        "prod-roce",
+        "sft-7",
+        "--template",
+        template,
+        "--nodes",
+        "3",
+        "--",
+        "--model",
+        "gpt",
+        "--max-steps",
+        "500",
+        cwd=workspace,
+    )
+    assert run.code == 0, run.err
+    report = validate_clean(trainops, workspace, "overlays/prod-roce/runs/sft-7")
+    assert report["summary"]["resources"] == 1
+    rendered = trainops(
+        "render", "--format", "json", "overlays/prod-roce/runs/sft-7", cwd=workspace
+    )
+    [record] = json.loads(rendered.out)
+    assert record["object"]["metadata"]["name"] == "sft-7"
+    assert "--max-steps" in json.dumps(record["object"])
+
+
+def _changed_lines(old: str, new: str) -> list[tuple[str, str]]:
+    old_lines, new_lines = old.splitlines(), new.splitlines()
+    assert len(old_lines) == len(new_lines)
+    return [(a, b) for a, b in zip(old_lines, new_lines, strict=True) if a != b]
+
+
+def test_set_changes_only_the_edited_line_and_keeps_hand_comments(trainops, workspace):
+    profile = workspace / "overlays/prod-roce/cluster.yaml"
+    text = profile.read_text().replace("nodes: 16\n", "nodes: 16  # racks a and b\n")
+    text = text.replace(
+        "queue: training\n", "# Finance signs off quota changes.\nqueue: training\n"
+    )
+    profile.write_text(text)
+    assert trainops("set", "prod-roce", "nodes=24", cwd=workspace).code == 0
+    assert _changed_lines(text, profile.read_text()) == [
+        ("nodes: 16  # racks a and b", "nodes: 24  # racks a and b")
+    ]
+    generated = (workspace / "overlays/prod-roce/platform/queue.yaml").read_text()
+    assert "24 nodes x 8 GPUs" in generated  # derived files regenerated
+
+
+def test_set_a_map_key_keeps_its_quoting_and_reaches_every_template(trainops, workspace):
+    profile = workspace / "overlays/prod-roce/cluster.yaml"
+    before = profile.read_text()
+    run = trainops("set", "overlays/prod-roce", "nccl.NCCL_IB_TIMEOUT=23", cwd=workspace)
+    assert run.code == 0, run.err
+    assert _changed_lines(before, profile.read_text()) == [
+        ("  NCCL_IB_TIMEOUT: '22'", "  NCCL_IB_TIMEOUT: '23'")
+    ]
+    assert "+              value: '23'" in run.out  # the unified diff of a template
+    torchrun = (workspace / "overlays/prod-roce/training/cluster/torchrun.yaml").read_text()
+    assert torchrun.count("value: '23'") == 2  # Master and Worker
+    validate_clean(trainops, workspace, "overlays/prod-roce")
+
+
+def test_removing_then_adding_a_key_restores_the_file_with_its_comment(trainops, workspace):
+    profile = workspace / "overlays/prod-roce/cluster.yaml"
+    original = profile.read_text()
+    assert (
+        trainops("set", "prod-roce", "gpuProduct-", "nccl.NCCL_IB_RETRY_CNT-", cwd=workspace).code
+        == 0
+    )
+    removed = profile.read_text()
+    assert "gpuProduct" not in removed and "nvidia.com/gpu.product node label" not in removed
+    assert "# node label naming the network locality domain" in removed  # neighbour kept
+    assert "NCCL_IB_RETRY_CNT" not in removed
+    run = trainops(
+        "set",
+        "prod-roce",
+        "gpuProduct=NVIDIA-H100-80GB-HBM3",
+        "nccl.NCCL_IB_RETRY_CNT=7",
+        cwd=workspace,
+    )
+    assert run.code == 0, run.err
+    assert profile.read_text() == original
+
+
+def test_set_dry_run_prints_the_diff_and_writes_nothing(trainops, workspace):
+    run = trainops("set", "prod-roce", "nodes=2", "--dry-run", cwd=workspace)
+    assert run.code == 0
+    assert "-nodes: 16\n+nodes: 2\n" in run.out and "dry run" in run.out
+    assert status(workspace) == ""
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("fabric=fddi", "overlays/prod-roce/cluster.yaml:7: fabric: must be one of tcp, roce, ib"),
+        ("gpusPerNode=eight", "gpusPerNode: must be an integer, not 'eight'"),
+        ("Nodes=3", "Nodes: unknown profile key; did you mean nodes?"),
+        ("hca-", "hca: is required for the roce fabric"),
+        ("nodes.x=1", "nodes.x: nodes is not a map"),
+        ("nccl.NCCL_NOPE-", "nccl.NCCL_NOPE: not set in the profile"),
+        ("nodes", "'nodes' is not KEY=VALUE"),
+    ],
+)
+def test_bad_assignments_are_one_line_errors_and_write_nothing(
+    trainops, workspace, assignment, message
+):
+    run = trainops("set", "prod-roce", assignment, cwd=workspace)
+    assert run.code == 2
+    assert message in run.err and len(run.err.strip().splitlines()) == 1
+    assert status(workspace) == ""
+
+
+@pytest.mark.parametrize(
+    ("profile", "message"),
+    [
+        (
+            "fabric: ib\ngpusPerNode: 8\nnodes: 2\nstorageClass: nfs\nimage: r/t:1\n"
+            "rdmaResource: x/ib\n",
+            "hca: is required for the ib fabric",
+        ),
+        (
+            "fabric: tcp\nnic: eth1\ngpusPerNode: 1\nnodes: 2\nstorageClass: nfs\nimage: r/t:1\n"
+            "rdmaResource: x/ib\n",
+            "rdmaResource: only applies to RDMA fabrics",
+        ),
+        (
+            "fabric: tcp\nnic: eth1\ngpusPerNode: one\nnodes: 2\nstorageClass: nfs\nimage: r/t:1\n",
+            "gpusPerNode: must be an integer",
+        ),
+        (
+            "fabric: tcp\nnic: eth1\ngpusPerNode: 1\nnodes: 2\nstorageClass: nfs\nimage: r/t:1\n"
+            "colour: blue\n",
+            "colour: unknown key",
+        ),
+    ],
+)
+def test_impossible_profiles_name_the_key(trainops, workspace, profile, message):
+    source = write(workspace / "draft.yaml", profile)
+    run = trainops("new-cluster", "draft", "--from", str(source), cwd=workspace)
+    assert run.code == 2
+    assert message in run.err and len(run.err.strip().splitlines()) == 1
+    assert not (workspace / "overlays/draft").exists()
+
+
+def _readme_commands(readme: str) -> list[list[str]]:
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", readme, re.DOTALL):
+        for command in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(command)
+            if words and words[0].endswith("bin/trainops"):
+                commands.append(words[1:])
+    return commands
+
+
+def test_a_new_user_follows_the_readme_to_a_fourth_cluster_and_a_run(trainops, workspace):
+    commands = _readme_commands((workspace / "README.md").read_text())
+    verbs = [words[0] for words in commands]
+    assert "new-cluster" in verbs and "new-run" in verbs
+    for words in commands:
+        run = trainops(*words, cwd=workspace)
+        assert run.code == 0, (words, run.err, run.out)
+    clusters = sorted(p.parent.name for p in (workspace / "overlays").glob("*/cluster.yaml"))
+    assert len(clusters) == 4
+    validate_clean(trainops, workspace, "overlays")

@@ -1,0 +1,111 @@
+"""`trainops diff`: what a change does to the resources Argo CD syncs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from trainops.cli.common import emit, make_renderer, project_config, render_options
+from trainops.config import load_project_config
+from trainops.diff.apps import ARGOCD_DIR, application_paths, keyed
+from trainops.diff.compare import ResourceKey, compare
+from trainops.diff.formats import FORMATS, DiffReport
+from trainops.diff.hazards import hazards
+from trainops.diff.revisions import checkout, describe
+from trainops.errors import InputError
+from trainops.model import Target
+from trainops.render.discover import kustomization_file
+
+
+@click.command("diff")
+@click.argument("paths", nargs=-1)
+@click.option("--base", default="HEAD", show_default=True, help="Git revision before the change.")
+@click.option(
+    "--head", default=None, help="Git revision after the change [default: the working tree]."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(list(FORMATS)),
+    default="text",
+    show_default=True,
+    help="text for terminals, json for tools, markdown for a pull-request comment.",
+)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write to FILE."
+)
+@click.option(
+    "--fail-on-warning",
+    is_flag=True,
+    help="Exit 1 when a change cannot be applied in place or edits an existing run.",
+)
+@render_options
+def diff(paths, base, head, fmt, output, fail_on_warning, **render_flags):
+    """Show what Argo CD would change between two revisions, resource by resource.
+
+    Renders every Application the ApplicationSets in argocd/ generate (each
+    overlays/<cluster> platform and each overlays/<cluster>/runs/<run>), plus
+    argocd/ itself, at both revisions, and compares the resources field by
+    field. Lists of named items (containers, env, volumes) are matched by name.
+    PATHS limit the comparison to Applications under them.
+
+    Warnings mark changes a sync will not apply as an ordinary update: immutable
+    fields (a training job's queue or managedBy, TrainJob specs, Job templates,
+    selectors, claim modes), edits to runs that already exist, runs that Argo CD
+    would prune.
+
+    \b
+    Examples:
+      trainops diff                                 # uncommitted changes vs HEAD
+      trainops diff --base origin/main --head HEAD --format markdown
+      trainops diff --base HEAD~1 --head HEAD overlays/prod-roce
+    """
+    config = project_config()
+    root = config.root or Path.cwd()
+    wanted = [_relative(root, path) for path in paths]
+    sides = []
+    for ref in (base, head):
+        with checkout(root, ref) as tree:
+            try:
+                sides.append(_render_tree(tree, wanted, render_flags))
+            except InputError as error:
+                raise InputError(f"at {describe(root, ref)}: {error}") from None
+    diffs = compare(*sides)
+    for resource_diff in diffs:
+        resource_diff.warnings = hazards(resource_diff)
+    report = DiffReport(describe(root, base), describe(root, head), diffs)
+    emit(FORMATS[fmt](report), output)
+    if fail_on_warning and report.summary()["warnings"]:
+        raise SystemExit(1)
+
+
+def _relative(root: Path, path: str) -> str:
+    resolved = Path(path).resolve()
+    try:
+        return str(resolved.relative_to(root.resolve()))
+    except ValueError:
+        raise InputError("is outside the repository", path) from None
+
+
+def _selected(app: str, wanted: list[str]) -> bool:
+    if not wanted:
+        return True
+    return any(
+        app == w or app.startswith(w.rstrip("/") + "/") or w.startswith(app + "/") for w in wanted
+    )
+
+
+def _render_tree(tree: Path, wanted: list[str], flags: dict) -> dict[ResourceKey, dict]:
+    renderer, _ = make_renderer(load_project_config(tree), **flags)
+    argocd = tree / ARGOCD_DIR
+    if kustomization_file(argocd) is None:
+        raise InputError(f"no {ARGOCD_DIR}/kustomization.yaml: nothing says what Argo CD syncs")
+    [control] = renderer.render([Target("kustomization", str(argocd))])
+    appsets = [doc for doc in control.documents if doc.kind == "ApplicationSet"]
+    apps = [app for app in application_paths(tree, appsets) if _selected(app, wanted)]
+    resources = keyed(ARGOCD_DIR, control.documents) if _selected(ARGOCD_DIR, wanted) else {}
+    results = renderer.render([Target("kustomization", str(tree / app)) for app in apps])
+    for app, result in zip(apps, results, strict=True):
+        resources.update(keyed(app, result.documents))
+    return resources

@@ -1,0 +1,181 @@
+"""Edits to a cluster.yaml that keep what a human wrote: comments, key order, quoting.
+
+Values of existing keys are replaced through a ruamel.yaml round trip, which leaves
+every other byte alone. Keys are added and removed at the text level, with ruamel.yaml
+only telling where each key sits, so that a key's documentation comment travels with
+it: a new key arrives with its comment in the profile's usual order, a removed key
+takes its comment along and leaves the next key's comment in place.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+
+from trainops.errors import InputError
+from trainops.profile.model import FIELD_DOCS, FIELD_TYPES
+from trainops.yamlio import dump
+
+_ASSIGNMENT = re.compile(r"^([A-Za-z][A-Za-z0-9]*)(?:\.([A-Za-z0-9_]+))?(=(.*)|-)$", re.DOTALL)
+_COMMENT = re.compile(r"^\s*#")
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """`KEY=VALUE`, `MAP.NAME=VALUE`, or `KEY-` / `MAP.NAME-` to remove."""
+
+    key: str
+    sub: str | None
+    value: Any = None
+    remove: bool = False
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.key}.{self.sub}" if self.sub else self.key
+
+
+def parse_assignment(text: str) -> Assignment:
+    match = _ASSIGNMENT.match(text)
+    if not match:
+        raise InputError(
+            f"{text!r} is not KEY=VALUE, MAP.NAME=VALUE or KEY- (to remove); "
+            "for example nodes=6 or nccl.NCCL_IB_TIMEOUT=22"
+        )
+    key, sub, assigned, raw = match.groups()
+    if key not in FIELD_DOCS:
+        close = [k for k in FIELD_DOCS if k.lower() == key.lower()]
+        hint = f"; did you mean {close[0]}?" if close else f" (keys: {', '.join(FIELD_DOCS)})"
+        raise InputError(f"{key}: unknown profile key{hint}")
+    expected = FIELD_TYPES[key]
+    if sub and expected is not dict:
+        raise InputError(f"{key}.{sub}: {key} is not a map, set it with {key}=VALUE")
+    if assigned == "-":
+        return Assignment(key, sub, remove=True)
+    return Assignment(key, sub, _coerce(key, sub, raw))
+
+
+def _coerce(key: str, sub: str | None, raw: str) -> Any:
+    """The value as the profile stores it: typed by the key, not by how it looks."""
+    where = f"{key}.{sub}" if sub else key
+    if sub:  # map entries (nccl) are environment variables: always strings
+        return raw
+    expected = FIELD_TYPES[key]
+    if expected is str:
+        return raw
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        raise InputError(f"{where}: {raw!r} is not a YAML value") from None
+    if expected is list and isinstance(value, str | int):
+        value = [item.strip() for item in str(raw).split(",") if item.strip()]
+    if expected is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise InputError(f"{where}: must be an integer, not {raw!r}")
+    if expected is list and not isinstance(value, list):
+        raise InputError(f"{where}: must be a list (a,b or [a, b]), not {raw!r}")
+    if expected is dict and not isinstance(value, dict):
+        raise InputError(f"{where}: must be a map ({{NAME: value}}), not {raw!r}")
+    return value
+
+
+def _round_trip() -> YAML:
+    handler = YAML()
+    handler.preserve_quotes = True
+    handler.width = 1_000_000
+    handler.indent(mapping=2, sequence=2, offset=0)
+    return handler
+
+
+def _load(text: str) -> CommentedMap:
+    data = _round_trip().load(text)
+    return data if isinstance(data, CommentedMap) else CommentedMap()
+
+
+def _dump(data: CommentedMap) -> str:
+    out = io.StringIO()
+    _round_trip().dump(data, out)
+    return out.getvalue()
+
+
+def apply_assignments(text: str, assignments: list[Assignment]) -> str:
+    """The profile text with every assignment applied, in order."""
+    for assignment in assignments:
+        text = _apply(text, assignment)
+    return text
+
+
+def _apply(text: str, a: Assignment) -> str:
+    data = _load(text)
+    if a.remove:
+        if a.sub is None:
+            if a.key not in data:
+                raise InputError(f"{a.key}: not set in the profile, nothing to remove")
+            return _remove_lines(text, data, a.key)
+        mapping = data.get(a.key)
+        if not isinstance(mapping, dict) or a.sub not in mapping:
+            raise InputError(f"{a.dotted}: not set in the profile, nothing to remove")
+        if len(mapping) == 1:  # the map would be empty: drop it with its comment
+            return _remove_lines(text, data, a.key)
+        return _remove_lines(text, mapping, a.sub, parent=data, parent_key=a.key)
+    if a.sub is not None:
+        mapping = data.get(a.key)
+        if not isinstance(mapping, dict):
+            return _insert_top_level(text, data, a.key, {a.sub: a.value})
+        mapping[a.sub] = a.value
+        return _dump(data)
+    if a.key in data:
+        data[a.key] = a.value
+        return _dump(data)
+    return _insert_top_level(text, data, a.key, a.value)
+
+
+def _insert_top_level(text: str, data: CommentedMap, key: str, value: Any) -> str:
+    """Add KEY with its documentation comment before the next key in FIELD_DOCS order."""
+    lines = text.splitlines(keepends=True)
+    order = list(FIELD_DOCS)
+    later = [k for k in order[order.index(key) + 1 :] if k in data]
+    block = [f"# {FIELD_DOCS[key]}\n", *dump({key: value}).splitlines(keepends=True)]
+    if later:
+        at = _comment_start(lines, data.lc.key(later[0])[0])
+    else:
+        at = len(lines)
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+    return "".join(lines[:at] + block + lines[at:])
+
+
+def _remove_lines(
+    text: str,
+    mapping: CommentedMap,
+    key: str,
+    parent: CommentedMap | None = None,
+    parent_key: str | None = None,
+) -> str:
+    """Delete KEY's lines, its own comment above it, and nothing of its neighbours."""
+    lines = text.splitlines(keepends=True)
+    keys = list(mapping)
+    first = mapping.lc.key(key)[0]
+    following = keys.index(key) + 1
+    if following < len(keys):
+        end = mapping.lc.key(keys[following])[0]
+    elif parent is not None:
+        parent_keys = list(parent)
+        after = parent_keys.index(parent_key) + 1
+        end = parent.lc.key(parent_keys[after])[0] if after < len(parent_keys) else len(lines)
+    else:
+        end = len(lines)
+    end = _comment_start(lines, end)  # the next key's comment stays with it
+    start = _comment_start(lines, first) if parent is None else first
+    return "".join(lines[:start] + lines[end:])
+
+
+def _comment_start(lines: list[str], line: int) -> int:
+    """First line of the comment block directly above `line` (or `line` itself)."""
+    while line > 0 and _COMMENT.match(lines[line - 1]):
+        line -= 1
+    return line
