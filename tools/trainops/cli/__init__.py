@@ -34,7 +34,16 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from trainops.cli import cluster, diff, kubeconform, policies, render, schemas, validate
+    from trainops.cli import (
+        cluster,
+        diff,
+        doctor,
+        kubeconform,
+        policies,
+        render,
+        schemas,
+        validate,
+    )
 
     cli.add_command(render.render)
     cli.add_command(validate.validate)
@@ -45,6 +54,7 @@ def _register() -> None:
     cli.add_command(cluster.new_run)
     cli.add_command(policies.policies)
     cli.add_command(diff.diff)
+    cli.add_command(doctor.doctor)
 
 
 _register()

@@ -1,0 +1,128 @@
+"""`trainops doctor job` on recorded API responses (no API server exists in CI): the
+recording holds the JSON bodies of the GET requests the command makes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.doctor.nccl_logs import job
+from trainops.kube import RECORDING_KIND, request_key
+
+NS = "training"
+LABEL = "training.kubeflow.org/job-name=llama"
+
+
+def pod(name: str, role: str, phase: str, restarts: int = 0, **status) -> dict:
+    container = {"name": "pytorch", "restartCount": restarts, "state": {"running": {}}}
+    container.update(status)
+    return {
+        "metadata": {"name": name, "labels": {"training.kubeflow.org/replica-type": role}},
+        "spec": {
+            "nodeName": f"gpu-{name[-1]}" if phase == "Running" else None,
+            "containers": [{"name": "pytorch"}],
+        },
+        "status": {"phase": phase, "containerStatuses": [container] if phase == "Running" else []},
+    }
+
+
+def recording(tmp_path: Path) -> Path:
+    ranks = job(nodes=3, gpus=2)
+    ranks[3].transport = "Socket"
+    logs = {
+        host: "\n".join(line for r in ranks if r.host == host for line in r.lines())
+        for host in ("llama-master-0", "llama-worker-0")
+    }
+    base = f"/api/v1/namespaces/{NS}"
+    oom = {"lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}
+    responses = {
+        request_key(f"{base}/pods", {"labelSelector": LABEL}): {
+            "items": [
+                pod("llama-master-0", "master", "Running", restarts=1, **oom),
+                pod("llama-worker-0", "worker", "Running"),
+                pod("llama-worker-1", "worker", "Pending"),
+            ]
+        },
+        request_key(f"{base}/events", {}): {
+            "items": [
+                {
+                    "reason": "FailedScheduling",
+                    "involvedObject": {"name": "llama-worker-1"},
+                    "message": "0/4 nodes are available: 4 Insufficient nvidia.com/roce_vf.",
+                },
+                {
+                    "reason": "FailedScheduling",
+                    "involvedObject": {"name": "someone-else"},
+                    "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+                },
+            ]
+        },
+        request_key(f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/llama", {}): {
+            "status": {
+                "conditions": [
+                    {"type": "Created"},
+                    {"type": "Running", "message": "PyTorchJob training/llama is running."},
+                ]
+            }
+        },
+        request_key(
+            f"{base}/pods/llama-master-0/log", {"container": "pytorch", "previous": "true"}
+        ): logs["llama-master-0"],
+        request_key(f"{base}/pods/llama-master-0/log", {"container": "pytorch"}): logs[
+            "llama-master-0"
+        ],
+        request_key(f"{base}/pods/llama-worker-0/log", {"container": "pytorch"}): logs[
+            "llama-worker-0"
+        ],
+    }
+    path = tmp_path / "llama.json"
+    path.write_text(json.dumps({"kind": RECORDING_KIND, "responses": responses}))
+    return path
+
+
+def test_doctor_job_on_recorded_api_responses(trainops, tmp_path):
+    run = trainops(
+        "doctor",
+        "job",
+        "llama",
+        "-n",
+        NS,
+        "--recording",
+        str(recording(tmp_path)),
+        "--overlay",
+        "overlays/prod-roce",
+        "--format",
+        "json",
+    )
+    assert run.code == 1, run.err
+    report = json.loads(run.out)
+    assert report["job"]["condition"] == "Running: PyTorchJob training/llama is running."
+    assert [(p["name"], p["phase"], p["restarts"]) for p in report["pods"]] == [
+        ("llama-master-0", "Running", 1),
+        ("llama-worker-0", "Running", 0),
+        ("llama-worker-1", "Pending", 0),
+    ]
+    found = {f["rule"]: f for f in report["findings"]}
+    assert found["pod-oomkilled"]["message"] == "llama-master-0: container pytorch was OOMKilled"
+    unschedulable = [f for f in report["findings"] if f["rule"] == "unschedulable"]
+    assert len(unschedulable) == 1  # the other pod's event is not this job's
+    assert "RDMA device plugin" in unschedulable[0]["fix"]
+    assert found["socket-fallback"]["ranks"] == [3]
+    assert found["missing-ranks"]["ranks"] == [4, 5]  # the pending pod's ranks
+
+
+def test_doctor_job_text_report_on_recorded_api_responses(trainops, tmp_path):
+    run = trainops("doctor", "job", "llama", "--recording", str(recording(tmp_path)))
+    assert run.code == 1
+    lines = run.out.splitlines()
+    assert lines[0] == "job training/llama: Running: PyTorchJob training/llama is running."
+    assert lines[1].split() == ["pod", "role", "phase", "node", "restarts", "state"]
+
+
+def test_doctor_job_without_pods_is_a_one_line_error(trainops, tmp_path):
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"kind": RECORDING_KIND, "responses": {}}))
+    run = trainops("doctor", "job", "ghost", "--recording", str(empty))
+    assert run.code == 2
+    message = "no pods labelled training.kubeflow.org/job-name=ghost in namespace training"
+    assert run.err.strip() == f"trainops: error: {message}"

@@ -1,0 +1,226 @@
+"""A training job's pods, events and logs from the API server, and what they say.
+
+Pods are found by the training operator's `training.kubeflow.org/job-name` label.
+Kubernetes-level trouble (OOM kills, evictions, unschedulable GPU or RDMA requests,
+image pulls, crash loops) becomes findings here; the logs of every container, and of
+the previous run of restarted ones, go on to the NCCL analysis.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainops.doctor.analysis import DoctorFinding
+from trainops.errors import InputError
+from trainops.kube import Cluster, NotFound, items
+from trainops.model import ERROR, INFO, WARNING
+
+JOB_LABEL = "training.kubeflow.org/job-name"
+ROLE_LABEL = "training.kubeflow.org/replica-type"
+JOB_KINDS = ("pytorchjobs", "mpijobs", "tfjobs")
+
+# Exit codes of the trainer image (docs/trainer.md) and the usual signals.
+EXIT_MEANINGS = {
+    1: "unexpected error in the program",
+    2: "bad arguments, data or environment (the trainer's configuration error)",
+    3: "the loss diverged (NaN/Inf after every rollback)",
+    4: "NCCL used another transport than the cluster promises",
+    137: "killed by SIGKILL: out of memory, or the grace period ran out",
+    143: "stopped by SIGTERM (preemption or restart); the trainer saved a checkpoint",
+    200: "the trainer's watchdog ended a hung step",
+    201: "a peer rank disappeared during a collective",
+}
+
+
+@dataclass
+class PodState:
+    name: str
+    role: str
+    phase: str
+    node: str
+    restarts: int
+    state: str  # running, waiting: <reason>, terminated: <reason> (exit N)
+    containers: list[str] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
+
+
+@dataclass
+class JobEvidence:
+    name: str
+    namespace: str
+    condition: str | None
+    pods: list[PodState]
+    events: list[dict[str, Any]]
+    logs: list[tuple[str, list[str]]]
+
+
+def _condition(cluster: Cluster, name: str, namespace: str) -> str | None:
+    for plural in JOB_KINDS:
+        try:
+            job = cluster.get(f"/apis/kubeflow.org/v1/namespaces/{namespace}/{plural}/{name}")
+        except NotFound:
+            continue
+        conditions = (job.get("status") or {}).get("conditions") or []
+        if conditions:
+            last = conditions[-1]
+            return f"{last.get('type')}: {last.get('message') or last.get('reason') or ''}".strip()
+        return "no conditions yet"
+    return None
+
+
+def _pod_state(pod: dict[str, Any]) -> PodState:
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    statuses = status.get("containerStatuses") or []
+    state, problems = status.get("phase", "Unknown").lower(), []
+    if status.get("reason") == "Evicted":
+        problems.append(("evicted", status.get("message") or "evicted"))
+    for container in statuses:
+        current = container.get("state") or {}
+        last = (container.get("lastState") or {}).get("terminated") or {}
+        if "waiting" in current:
+            reason = current["waiting"].get("reason") or "waiting"
+            state = f"waiting: {reason}"
+            if reason in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
+                problems.append(("image", current["waiting"].get("message") or reason))
+            if reason == "CrashLoopBackOff":
+                problems.append(("crashloop", _exit_text(last)))
+        elif "terminated" in current:
+            ended = current["terminated"]
+            state = f"terminated: {ended.get('reason')} (exit {ended.get('exitCode')})"
+            last = last or ended
+        for ended in (last, current.get("terminated") or {}):
+            if ended.get("reason") == "OOMKilled":
+                problems.append(("oom", container.get("name", "?")))
+                break
+    return PodState(
+        name=meta.get("name", "?"),
+        role=(meta.get("labels") or {}).get(ROLE_LABEL, "?"),
+        phase=status.get("phase", "Unknown"),
+        node=spec.get("nodeName") or "-",
+        restarts=sum(int(c.get("restartCount") or 0) for c in statuses),
+        state=state,
+        containers=[c.get("name") for c in spec.get("containers") or [] if c.get("name")],
+        problems=problems,
+    )
+
+
+def _exit_text(terminated: dict[str, Any]) -> str:
+    code = terminated.get("exitCode")
+    if code is None:
+        return "no exit code recorded"
+    meaning = EXIT_MEANINGS.get(int(code), "")
+    return f"last exit code {code}" + (f": {meaning}" if meaning else "")
+
+
+def gather(cluster: Cluster, name: str, namespace: str) -> JobEvidence:
+    base = f"/api/v1/namespaces/{namespace}"
+    raw = items(cluster, f"{base}/pods", labelSelector=f"{JOB_LABEL}={name}")
+    if not raw:
+        raise InputError(f"no pods labelled {JOB_LABEL}={name} in namespace {namespace}")
+    pods = sorted((_pod_state(p) for p in raw), key=lambda p: p.name)
+    names = {p.name for p in pods} | {name}
+    events = [
+        e
+        for e in items(cluster, f"{base}/events")
+        if (e.get("involvedObject") or {}).get("name") in names
+    ]
+    logs = []
+    for pod in pods:
+        for container in pod.containers:
+            path = f"{base}/pods/{pod.name}/log"
+            runs = [("", {"container": container})]
+            if pod.restarts:
+                runs.insert(0, (" (previous)", {"container": container, "previous": "true"}))
+            for suffix, query in runs:
+                try:
+                    text = cluster.text(path, **query)
+                except NotFound:
+                    continue
+                logs.append((f"{pod.name}/{container}{suffix}", text.splitlines()))
+    return JobEvidence(name, namespace, _condition(cluster, name, namespace), pods, events, logs)
+
+
+_INSUFFICIENT = re.compile(r"Insufficient ([\w./-]+)")
+
+
+# kind -> (rule, severity, message template, fix)
+POD_PROBLEMS = {
+    "oom": (
+        "pod-oomkilled",
+        ERROR,
+        "{pod}: container {detail} was OOMKilled",
+        "Raise the memory limit (memoryPerPod in cluster.yaml), remember that /dev/shm "
+        "(shmSize) counts against it, and lower DataLoader workers.",
+    ),
+    "evicted": (
+        "pod-evicted",
+        WARNING,
+        "{pod} was evicted: {detail}",
+        "Node pressure or preemption: the trainer checkpoints on SIGTERM; check the "
+        "node's conditions and the job's priority class.",
+    ),
+    "image": (
+        "image-pull",
+        ERROR,
+        "{pod} cannot pull its image: {detail}",
+        "Check the image reference (image in cluster.yaml or the run) and the registry "
+        "credentials (imagePullSecrets).",
+    ),
+    "crashloop": (
+        "crash-loop",
+        ERROR,
+        "{pod} is crash-looping, {detail}",
+        "Read the previous run's log (doctor shows it as '(previous)').",
+    ),
+}
+
+
+def pod_findings(evidence: JobEvidence, rdma_resource: str | None = None) -> list[DoctorFinding]:
+    found = []
+    for pod in evidence.pods:
+        for kind, detail in pod.problems:
+            rule, severity, template, fix = POD_PROBLEMS[kind]
+            message = template.format(pod=pod.name, detail=detail)
+            found.append(DoctorFinding(rule, severity, message, fix))
+        if pod.restarts and not pod.problems:
+            found.append(
+                DoctorFinding(
+                    "pod-restarts",
+                    INFO,
+                    f"{pod.name} restarted {pod.restarts} time(s)",
+                    "Compare the '(previous)' log with the current one.",
+                )
+            )
+    seen = set()
+    for event in evidence.events:
+        pod = (event.get("involvedObject") or {}).get("name")
+        message = (event.get("message") or "").strip()
+        if event.get("reason") != "FailedScheduling" or (pod, message) in seen:
+            continue
+        seen.add((pod, message))
+        missing = _INSUFFICIENT.findall(message)
+        if "nvidia.com/gpu" in missing:
+            fix = (
+                "Not enough free GPUs on matching nodes: wait for quota (Kueue) or reduce "
+                "nodes; check gpusPerNode and gpuProduct in cluster.yaml."
+            )
+        elif (rdma_resource in missing) or any(
+            marker in m for m in missing for marker in ("rdma", "roce", "sriov")
+        ):
+            fix = (
+                "The RDMA device plugin offers too few devices: check rdmaResource and "
+                "rdmaPerPod in cluster.yaml and the device plugin on the nodes."
+            )
+        elif "node affinity" in message or "node selector" in message:
+            fix = (
+                "No node carries the labels the pod requires: check gpuProduct and "
+                "topologyKey in cluster.yaml against the nodes' labels."
+            )
+        else:
+            fix = "Read the scheduler's message; `trainops preflight OVERLAY` checks the nodes."
+        found.append(
+            DoctorFinding("unschedulable", ERROR, f"{pod} cannot be scheduled: {message}", fix)
+        )
+    return found
