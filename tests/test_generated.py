@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from tests.support import REPO
+
 
 def test_docs_are_current():
     done = subprocess.run(
@@ -23,3 +25,20 @@ def test_check_notices_a_stale_merge_keys_schema(trainops, tmp_path):
     stale.write_text("{}\n")
     run = trainops("schemas", "merge-keys", "--check", "-o", str(stale))
     assert run.code == 1 and "out of date" in run.out
+
+
+def test_runbook_names_only_existing_policies_and_commands():
+    import re
+
+    from trainops.cli import cli
+    from trainops.policy.engine import registered
+    from trainops.policy.settings import load_pack
+
+    load_pack(REPO / "policies")
+    runbook = (REPO / "docs" / "runbook.md").read_text()
+    cited = set()
+    for sentence in re.findall(r"[Pp]olic(?:y|ies)[^.;]*", runbook):
+        cited |= set(re.findall(r"`([a-z0-9]+(?:-[a-z0-9]+)+)`", sentence))
+    assert cited and cited <= set(registered()), cited - set(registered())
+    commands = set(re.findall(r"`trainops ([a-z-]+)", runbook))
+    assert commands <= set(cli.commands), commands - set(cli.commands)

@@ -222,12 +222,16 @@ def test_impossible_profiles_name_the_key(trainops, workspace, profile, message)
     assert not (workspace / "overlays/draft").exists()
 
 
+# The README's path for a new cluster and a run; diagnostics need a live cluster.
+README_FLOW = ("new-cluster", "set", "validate", "new-run")
+
+
 def _readme_commands(readme: str) -> list[list[str]]:
     commands = []
     for block in re.findall(r"```sh\n(.*?)```", readme, re.DOTALL):
         for command in block.replace("\\\n", " ").splitlines():
             words = shlex.split(command)
-            if words and words[0].endswith("bin/trainops"):
+            if words and words[0].endswith("bin/trainops") and words[1] in README_FLOW:
                 commands.append(words[1:])
     return commands
 

@@ -103,6 +103,8 @@ def test_preflight_reports_bus_bandwidth_over_two_ranks():
     (result,) = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     assert result["world_size"] == 2 and result["size_bytes"] == 4 << 20
     assert result["busbw_gbps"] == pytest.approx(bus_bandwidth(result["algbw_gbps"], 2))
+    assert [pod["rank"] for pod in result["pods"]] == [0, 1]
+    assert "lo" in result["pods"][1]["interfaces"]  # what each rank's pod sees
 
 
 def test_preflight_bandwidth_floor_fails_the_job():

@@ -16,7 +16,7 @@ from trainer.transport import memlock_problem, parse_nccl_log, prepare, problems
 
 ROCE_GDR = """\
 node-a:41:41 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to =net1
-node-a:41:41 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB net1:10.10.0.5<0>
+node-a:41:41 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB net1:10.10.0.5<0>
 node-a:41:41 [0] NCCL INFO Using network IB
 node-a:41:58 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA
 node-a:41:58 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA
@@ -92,3 +92,8 @@ def test_rdma_needs_ipc_lock_in_effect_or_unlimited_memlock():
     assert memlock_problem("0000000000000000", unlimited, unlimited) is None
     problem = memlock_problem("00000000a80405fb", 65536, unlimited)  # root, no IPC_LOCK
     assert "locked-memory limit is 65536 bytes" in problem
+
+
+def test_nvidia_ib_plugin_counts_as_infiniband():
+    evidence = parse_nccl_log(ROCE_GDR.replace("Using network IB", "Using network IBext"))
+    assert evidence.kind == "ib" and problems(evidence, "ib", True) == []

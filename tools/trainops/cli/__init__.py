@@ -39,7 +39,9 @@ def _register() -> None:
         diff,
         doctor,
         kubeconform,
+        plan,
         policies,
+        preflight,
         render,
         schemas,
         validate,
@@ -55,6 +57,8 @@ def _register() -> None:
     cli.add_command(policies.policies)
     cli.add_command(diff.diff)
     cli.add_command(doctor.doctor)
+    cli.add_command(preflight.preflight)
+    cli.add_command(plan.plan)
 
 
 _register()

@@ -5,6 +5,10 @@ platform: it starts the same rendezvous as a training job, times all-reduces of 
 large buffer, reports algorithm and bus bandwidth, and fails when NCCL uses another
 transport than the cluster promises or the bandwidth is below a floor.
 
+Each rank also lists the network interfaces and RDMA devices its pod sees, so one job
+shows whether Multus attached the training network (net1) and whether the device
+plugin exposed the HCA.
+
 Bus bandwidth = algorithm bandwidth x 2(n-1)/n, the traffic a ring all-reduce puts on
 each rank's link; it is comparable across job sizes.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 
@@ -26,6 +31,13 @@ def bus_bandwidth(algorithm_bandwidth: float, world_size: int) -> float:
     if world_size < 2:
         return 0.0
     return algorithm_bandwidth * 2 * (world_size - 1) / world_size
+
+
+def _listing(directory: str) -> list[str]:
+    try:
+        return sorted(os.listdir(directory))
+    except OSError:
+        return []
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,6 +115,15 @@ def measure(args: argparse.Namespace) -> dict:
         "expected_transport": args.expect_transport,
         "rank": topo.rank,
     }
+    local = {
+        "rank": topo.rank,
+        "host": socket.gethostname(),
+        "interfaces": _listing("/sys/class/net"),
+        "rdma_devices": _listing("/sys/class/infiniband"),
+    }
+    pods = [None] * topo.world_size
+    dist.all_gather_object(pods, local)
+    result["pods"] = pods
     distributed.shutdown()
     return result
 

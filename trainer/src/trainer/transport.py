@@ -25,7 +25,7 @@ from trainer.errors import TransportError
 log = logging.getLogger("trainer.transport")
 
 _NETWORK = re.compile(r"NCCL INFO Using network (\S+(?: \S+)*)\s*$")
-_IB_DEVICES = re.compile(r"NCCL INFO NET/IB ?: Using (.+?)(?: ; OOB .*)?$")
+_IB_DEVICES = re.compile(r"NCCL INFO NET/IB ?: Using (.+?)\s*(?:;\s*OOB .*)?$")
 _SOCKET_DEVICES = re.compile(r"NCCL INFO NET/Socket ?: Using (.+)$")
 _NO_IB = re.compile(r"NET/IB ?: No device found")
 _CHANNEL = re.compile(r"NCCL INFO Channel \d+(?:/\d+)? : .* via (NET/\S+)")
@@ -47,7 +47,9 @@ class TransportEvidence:
         if self.network is None:
             return None
         lowered = self.network.lower()
-        return lowered if lowered in ("ib", "socket") else self.network
+        if lowered.startswith("ib"):  # IB, or NVIDIA's IBext plugin
+            return "ib"
+        return "socket" if lowered == "socket" else self.network
 
     def summary(self) -> str:
         if self.network is None:
@@ -67,7 +69,7 @@ def parse_nccl_log(text: str) -> TransportEvidence:
         if match := _NETWORK.search(line):
             evidence.network = match[1]
         elif match := _IB_DEVICES.search(line):
-            evidence.devices = match[1].split()
+            evidence.devices = [d for d in match[1].split() if re.match(r"^\[\d+\]", d)]
         elif match := _SOCKET_DEVICES.search(line):
             if not evidence.devices:
                 evidence.devices = match[1].split()

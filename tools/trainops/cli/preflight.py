@@ -1,0 +1,117 @@
+"""`trainops preflight`: check a live cluster against an overlay, or emit the in-cluster job."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+
+from trainops.cli.common import emit, make_renderer, project_config
+from trainops.doctor.report import table
+from trainops.errors import InputError
+from trainops.kube import LiveCluster, connect
+from trainops.model import Target
+from trainops.preflight import FAIL, PASS, WARN, run_checks
+from trainops.profile.model import load_profile
+from trainops.render.discover import display_path, kustomization_file
+from trainops.yamlio import dump
+
+PREFLIGHT_TEMPLATE = Path("training") / "preflight"
+
+
+@click.command("preflight")
+@click.argument("overlay", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--context", help="kubeconfig context (default: the current one).")
+@click.option(
+    "--recording",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Replay a session saved with --save-recording instead of asking a cluster.",
+)
+@click.option(
+    "--save-recording",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Save every API response of this session to FILE.",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option(
+    "--emit-job",
+    is_flag=True,
+    help="Print the in-cluster preflight job instead of checking: it lists each pod's "
+    "interfaces and RDMA devices, all-reduces with the trainer image and checks the NCCL "
+    "transport (kubectl create -f -, or let Argo CD run it after a sync).",
+)
+@click.option("--name", help="Job name for --emit-job [default: nccl-preflight-<UTC time>].")
+def preflight(overlay, context, recording, save_recording, fmt, emit_job, name):
+    """Check that a live cluster provides what OVERLAY (overlays/<cluster>) expects.
+
+    Read-only. Checks: namespaces; Multus running; every CRD the overlay and its
+    jobs need Established; its NetworkAttachmentDefinitions present (and as in
+    Git); the checkpoint claim Bound and ReadWriteMany; enough schedulable nodes
+    with the profile's GPU product label, GPUs and RDMA devices allocatable;
+    Kueue/Volcano queues present; the GPU Operator's ClusterPolicy ready.
+
+    Exit codes: 0 every check passed (warnings allowed), 1 a check failed,
+    2 unreadable input or no cluster.
+
+    \b
+    Examples:
+      trainops preflight overlays/prod-roce --context prod-roce
+      trainops preflight overlays/prod-roce --emit-job | kubectl create -f -
+    """
+    if kustomization_file(overlay) is None or not (overlay / "cluster.yaml").is_file():
+        raise InputError(
+            "not a cluster overlay (needs cluster.yaml and a kustomization)", str(overlay)
+        )
+    renderer, _ = make_renderer(project_config(), 0, None, False, False, 64)
+    if emit_job:
+        emit(_job_yaml(renderer, overlay, name), None)
+        return
+    if recording is not None and save_recording is not None:
+        raise InputError("--save-recording records a live session; drop --recording")
+    profile = load_profile(overlay / "cluster.yaml")
+    [platform] = renderer.render([Target("kustomization", str(overlay))])
+    cluster = connect(recording, context)
+    checks = run_checks(cluster, profile, platform.documents)
+    if save_recording is not None and isinstance(cluster, LiveCluster):
+        cluster.save(save_recording)
+    counts = {status: sum(c.status == status for c in checks) for status in (PASS, WARN, FAIL)}
+    if fmt == "json":
+        data = {
+            "overlay": display_path(overlay),
+            "summary": counts,
+            "checks": [asdict(c) for c in checks],
+        }
+        click.echo(json.dumps(data, indent=2))
+    else:
+        rows = [("check", "status", "detail")]
+        rows += [(c.check, c.status.upper(), c.detail) for c in checks]
+        click.echo("\n".join(table(rows)))
+        fixes = [c for c in checks if c.status != PASS and c.fix]
+        if fixes:
+            click.echo("")
+            for c in fixes:
+                click.echo(f"{c.check}: {c.fix}")
+        click.echo(f"\n{counts[PASS]} passed, {counts[WARN]} warnings, {counts[FAIL]} failed")
+    if counts[FAIL]:
+        raise SystemExit(1)
+
+
+def _job_yaml(renderer, overlay: Path, name: str | None) -> str:
+    template = overlay / PREFLIGHT_TEMPLATE
+    if kustomization_file(template) is None:
+        raise InputError(f"the overlay has no {PREFLIGHT_TEMPLATE} job template", str(overlay))
+    [result] = renderer.render([Target("kustomization", str(template))])
+    jobs = [d for d in result.documents if d.kind == "PyTorchJob"]
+    if not jobs:
+        raise InputError(f"{PREFLIGHT_TEMPLATE} renders no PyTorchJob", str(overlay))
+    job = jobs[0].obj
+    job["metadata"]["name"] = name or time.strftime("nccl-preflight-%Y%m%d%H%M%S", time.gmtime())
+    annotations = job["metadata"].get("annotations") or {}
+    for key in [k for k in annotations if k.startswith("argocd.argoproj.io/")]:
+        del annotations[key]  # a job created by hand is not a sync hook
+    return dump(job)
