@@ -33,22 +33,26 @@ def _torchrun(*args: str) -> list[dict]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
+def _trainer(width: int, steps: int, log_interval: int, *extra: str) -> list[dict]:
+    return _torchrun(
+        "--module",
+        "trainer",
+        "--model",
+        "mlp",
+        "--width",
+        str(width),
+        "--max-steps",
+        str(steps),
+        "--log-interval",
+        str(log_interval),
+        *extra,
+    )
+
+
 def trainer_step_seconds(steps: int, warmup: int, width: int, checkpoints: bool) -> float:
     with tempfile.TemporaryDirectory() as directory:
         extra = ("--checkpoint-dir", directory, "--checkpoint-interval", "100")
-        records = _torchrun(
-            "--module",
-            "trainer",
-            "--model",
-            "mlp",
-            "--width",
-            str(width),
-            "--max-steps",
-            str(steps),
-            "--log-interval",
-            str(warmup),
-            *(extra if checkpoints else ()),
-        )
+        records = _trainer(width, steps, warmup, *(extra if checkpoints else ()))
     windows = [r for r in records if r["event"] == "step"][1:]  # first window is warm-up
     return sum(r["step_seconds"] for r in windows) / len(windows)
 
@@ -68,17 +72,10 @@ def bare_step_seconds(steps: int, warmup: int, width: int) -> float:
 
 def checkpoint_blocking(mode: str, width: int) -> float:
     with tempfile.TemporaryDirectory() as directory:
-        records = _torchrun(
-            "--module",
-            "trainer",
-            "--model",
-            "mlp",
-            "--width",
-            str(width),
-            "--max-steps",
-            "60",
-            "--log-interval",
-            "60",
+        records = _trainer(
+            width,
+            60,
+            60,
             "--checkpoint-dir",
             directory,
             "--checkpoint-interval",

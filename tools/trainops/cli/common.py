@@ -112,3 +112,38 @@ def emit(text: str, output: Path | None) -> None:
 
 def project_config() -> ProjectConfig:
     return load_project_config()
+
+
+def cluster_options(command):
+    """--context, --recording, --save-recording for commands that read a live cluster."""
+    options = (
+        click.option("--context", help="kubeconfig context (default: the current one)."),
+        click.option(
+            "--recording",
+            type=click.Path(dir_okay=False, exists=True, path_type=Path),
+            help="Replay a session saved with --save-recording instead of asking a cluster.",
+        ),
+        click.option(
+            "--save-recording",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Save every API response of this session to FILE (share it, replay it).",
+        ),
+    )
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def open_cluster(context: str | None, recording: Path | None, save_recording: Path | None):
+    from trainops.kube import connect
+
+    if recording is not None and save_recording is not None:
+        raise InputError("--save-recording records a live session; drop --recording")
+    return connect(recording, context)
+
+
+def save_session(cluster, save_recording: Path | None) -> None:
+    from trainops.kube import LiveCluster
+
+    if save_recording is not None and isinstance(cluster, LiveCluster):
+        cluster.save(save_recording)

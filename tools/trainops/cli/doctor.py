@@ -6,7 +6,13 @@ from pathlib import Path
 
 import click
 
-from trainops.cli.common import make_renderer, project_config
+from trainops.cli.common import (
+    cluster_options,
+    make_renderer,
+    open_cluster,
+    project_config,
+    save_session,
+)
 from trainops.doctor import report
 from trainops.doctor.analysis import DoctorFinding, Expectation, analyse, records
 from trainops.doctor.expectation import from_overlay
@@ -14,7 +20,6 @@ from trainops.doctor.job import gather, pod_findings
 from trainops.doctor.nccl_log import parse
 from trainops.doctor.sources import log_streams
 from trainops.errors import InputError
-from trainops.kube import LiveCluster, connect
 from trainops.model import ERROR, INFO
 
 NO_EVIDENCE = (
@@ -99,17 +104,7 @@ def nccl(logs, overlay, expect, fmt):
 @doctor.command("job")
 @click.argument("name")
 @click.option("-n", "--namespace", default="training", show_default=True)
-@click.option("--context", help="kubeconfig context (default: the current one).")
-@click.option(
-    "--recording",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="Replay a session saved with --save-recording instead of asking a cluster.",
-)
-@click.option(
-    "--save-recording",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Save every API response of this session to FILE (share it, replay it).",
-)
+@cluster_options
 @expectation_options
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
@@ -127,12 +122,9 @@ def job(name, namespace, context, recording, save_recording, overlay, expect, fm
     Example:
       trainops doctor job llama-sft-0412 -n training --overlay overlays/prod-roce
     """
-    if recording is not None and save_recording is not None:
-        raise InputError("--save-recording records a live session; drop --recording")
-    cluster = connect(recording, context)
+    cluster = open_cluster(context, recording, save_recording)
     evidence = gather(cluster, name, namespace)
-    if save_recording is not None and isinstance(cluster, LiveCluster):
-        cluster.save(save_recording)
+    save_session(cluster, save_recording)
     expectation = build_expectation(overlay, expect)
     rdma = expectation.profile.get("rdmaResource") or None
     findings = pod_findings(evidence, rdma)

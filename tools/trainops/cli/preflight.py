@@ -9,10 +9,16 @@ from pathlib import Path
 
 import click
 
-from trainops.cli.common import emit, make_renderer, project_config
+from trainops.cli.common import (
+    cluster_options,
+    emit,
+    make_renderer,
+    open_cluster,
+    project_config,
+    save_session,
+)
 from trainops.doctor.report import table
 from trainops.errors import InputError
-from trainops.kube import LiveCluster, connect
 from trainops.model import Target
 from trainops.preflight import FAIL, PASS, WARN, run_checks
 from trainops.profile.model import load_profile
@@ -24,17 +30,7 @@ PREFLIGHT_TEMPLATE = Path("training") / "preflight"
 
 @click.command("preflight")
 @click.argument("overlay", type=click.Path(file_okay=False, exists=True, path_type=Path))
-@click.option("--context", help="kubeconfig context (default: the current one).")
-@click.option(
-    "--recording",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="Replay a session saved with --save-recording instead of asking a cluster.",
-)
-@click.option(
-    "--save-recording",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Save every API response of this session to FILE.",
-)
+@cluster_options
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
@@ -71,14 +67,11 @@ def preflight(overlay, context, recording, save_recording, fmt, emit_job, name):
     if emit_job:
         emit(_job_yaml(renderer, overlay, name), None)
         return
-    if recording is not None and save_recording is not None:
-        raise InputError("--save-recording records a live session; drop --recording")
+    cluster = open_cluster(context, recording, save_recording)
     profile = load_profile(overlay / "cluster.yaml")
     [platform] = renderer.render([Target("kustomization", str(overlay))])
-    cluster = connect(recording, context)
     checks = run_checks(cluster, profile, platform.documents)
-    if save_recording is not None and isinstance(cluster, LiveCluster):
-        cluster.save(save_recording)
+    save_session(cluster, save_recording)
     counts = {status: sum(c.status == status for c in checks) for status in (PASS, WARN, FAIL)}
     if fmt == "json":
         data = {

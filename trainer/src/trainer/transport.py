@@ -6,6 +6,10 @@ the cluster promises a transport (TRAINER_EXPECT_TRANSPORT, TRAINER_EXPECT_GDR),
 trainer points NCCL's debug output at a file before the process group exists, reads
 it back after the first collective, and stops the job with a clear message if the
 promise is broken.
+
+`trainops doctor nccl` reads the same lines across every rank of a job; this module
+reads only its own process's and stays inside the image, which does not ship the
+toolkit or its dependencies.
 """
 
 from __future__ import annotations
