@@ -78,36 +78,40 @@ class LiveCluster:
         self.context = context
         self.recorded: dict[str, Any] = {}
 
-    def _call(self, path: str, query: dict[str, str], response_type: str) -> Any:
-        from kubernetes.client.exceptions import ApiException
-
+    def _call(self, path: str, query: dict[str, str], as_json: bool) -> Any:
         key = request_key(path, query)
         try:
-            body = self.api.call_api(
-                path,
+            method, url, headers, body, post = self.api.param_serialize(
                 "GET",
+                path,
                 query_params=list(query.items()),
-                response_type=response_type,
+                header_params={"Accept": "application/json" if as_json else "*/*"},
                 auth_settings=["BearerToken"],
-                _return_http_data_only=True,
-                _preload_content=True,
             )
-        except ApiException as error:
-            if error.status == 404:
-                self.recorded[key] = None
-                raise NotFound(key) from None
-            reason = (error.reason or "").strip()
-            raise InputError(f"GET {key}: {error.status} {reason}") from None
+            response = self.api.call_api(
+                method, url, header_params=headers, body=body, post_params=post
+            )
+            data = response.read()
         except Exception as error:  # connection refused, TLS, DNS: one line, no traceback
             raise InputError(f"GET {key}: {error}".splitlines()[0]) from None
-        self.recorded[key] = body
-        return body
+        if response.status == 404:
+            self.recorded[key] = None
+            raise NotFound(key)
+        if response.status >= 400:
+            raise InputError(f"GET {key}: {response.status} {response.reason or ''}".strip())
+        text = data.decode("utf-8", errors="replace")
+        try:
+            answer = json.loads(text) if as_json else text
+        except ValueError:
+            raise InputError(f"GET {key}: the API server did not answer with JSON") from None
+        self.recorded[key] = answer
+        return answer
 
     def get(self, path: str, **query: str) -> dict[str, Any]:
-        return self._call(path, query, "object")
+        return self._call(path, query, as_json=True)
 
     def text(self, path: str, **query: str) -> str:
-        return self._call(path, query, "str")
+        return self._call(path, query, as_json=False)
 
     def save(self, path: Path) -> None:
         data = {"kind": RECORDING_KIND, "context": self.context, "responses": self.recorded}
