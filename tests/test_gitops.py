@@ -16,6 +16,7 @@ from trainops.profile.model import load_profile
 from trainops.profile.overlay import generate
 from trainops.profile.projects import render_projects
 from trainops.render.engine import Renderer, RenderOptions
+from trainops.render.inputs import iter_strings
 
 OVERLAYS = sorted(p.parent for p in (REPO / "overlays").glob("*/cluster.yaml"))
 CLUSTERS = [p.name for p in OVERLAYS]
@@ -292,17 +293,6 @@ def test_every_repo_url_in_argocd_is_the_configured_one():
     config = load_project_config(REPO)
     for path in (REPO / "argocd").rglob("*.yaml"):
         for doc in yaml.safe_load_all(path.read_text()):
-            for text in _strings(doc):
+            for text in iter_strings(doc):
                 if "github.com" in text and text.endswith(".git"):
                     assert text == config.repo_url, path
-
-
-def _strings(value):
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)

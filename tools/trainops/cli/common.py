@@ -67,11 +67,11 @@ def render_options(command):
 
 def make_renderer(
     config: ProjectConfig,
-    jobs: int,
-    remote_mirror: Path | None,
-    allow_network: bool,
-    no_cache: bool,
-    max_file_size: int,
+    jobs: int = 0,
+    remote_mirror: Path | None = None,
+    allow_network: bool = False,
+    no_cache: bool = False,
+    max_file_size: int = MAX_FILE_BYTES // 2**20,
 ) -> tuple[Renderer, Cache]:
     mirror = remote_mirror or config.remote_mirror
     if remote_mirror is not None and not remote_mirror.is_dir():

@@ -45,7 +45,7 @@ def expectation_options(command):
 def build_expectation(overlay: Path | None, expect: str | None) -> Expectation:
     expectation = Expectation()
     if overlay is not None:
-        renderer, _ = make_renderer(project_config(), 0, None, False, False, 64)
+        renderer, _ = make_renderer(project_config())
         expectation = from_overlay(overlay, renderer)
     if expect:
         expectation.transport = expect
@@ -137,7 +137,7 @@ def job(name, namespace, context, recording, save_recording, overlay, expect, fm
             DoctorFinding(
                 "no-nccl-evidence",
                 INFO,
-                NO_EVIDENCE.capitalize(),
+                NO_EVIDENCE[0].upper() + NO_EVIDENCE[1:],
                 "Set NCCL_DEBUG=INFO in the job template (it is by default).",
             )
         )

@@ -63,7 +63,7 @@ def preflight(overlay, context, recording, save_recording, fmt, emit_job, name):
         raise InputError(
             "not a cluster overlay (needs cluster.yaml and a kustomization)", str(overlay)
         )
-    renderer, _ = make_renderer(project_config(), 0, None, False, False, 64)
+    renderer, _ = make_renderer(project_config())
     if emit_job:
         emit(_job_yaml(renderer, overlay, name), None)
         return

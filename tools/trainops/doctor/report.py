@@ -39,11 +39,7 @@ def rank_table(recs: list[RankRecord]) -> list[str]:
                 str(len(r.timeouts)),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
+    return table(rows)
 
 
 def finding_lines(findings: list[DoctorFinding]) -> list[str]:

@@ -100,7 +100,7 @@ def _walk_kustomization(
             if isinstance(path, str) and not (directory / path).exists():
                 _missing(kfile, text, field_name, index, path, key="path")
 
-    for value in _strings(spec):
+    for value in iter_strings(spec):
         if "\n" in value or is_remote(value) or len(value) > 4096:
             continue
         candidate = directory / value.split("=", 1)[-1]
@@ -143,12 +143,13 @@ def _indexed_strings(spec: dict[str, Any], key: str) -> list[tuple[int, str]]:
     return [(index, item) for index, item in enumerate(value) if isinstance(item, str)]
 
 
-def _strings(value: Any):
+def iter_strings(value: Any):
+    """Every string anywhere inside a parsed YAML value."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
         for item in value.values():
-            yield from _strings(item)
+            yield from iter_strings(item)
     elif isinstance(value, list):
         for item in value:
-            yield from _strings(item)
+            yield from iter_strings(item)

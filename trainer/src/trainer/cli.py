@@ -372,13 +372,14 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     )
 
 
-def launch_rank(env: Mapping[str, str] | None = None) -> int:
-    """This process's global rank as the launcher announced it (0 when alone)."""
-    env = os.environ if env is None else env
-    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
-        if env.get(name, "").isdigit():
-            return int(env[name])
-    return 0
+def launch_rank() -> int:
+    """This process's global rank as the launcher announced it (0 when alone or unclear)."""
+    from trainer.distributed import detect
+
+    try:
+        return detect().rank
+    except ConfigError:
+        return 0
 
 
 def report_error(error: TrainerError) -> None:

@@ -339,7 +339,6 @@ class Trainer:
         mfu = None
         if self.peak_flops:
             mfu = self.flops_per_sample * samples_per_second / (self.peak_flops * self.world)
-        wall = time.time() - self.progress.job_start_time
         ckpt = self.ckpt
         self.metrics.emit(
             "step",
@@ -358,12 +357,17 @@ class Trainer:
             grad_norm=grad_norm,
             checkpoint_save_seconds=ckpt.last_save_seconds if ckpt else None,
             checkpoint_blocking_seconds=ckpt.last_blocking_seconds if ckpt else None,
-            ettr=min(1.0, self.progress.productive_seconds / wall) if wall > 0 else None,
+            ettr=self._ettr(),
             skipped_steps=self.guard.skipped_total,
             rollbacks=self.guard.rollbacks,
             consumed_samples=self.progress.consumed_samples,
             world_size=self.world,
         )
+
+    def _ettr(self) -> float | None:
+        """Seconds of kept steps over the wall time since the job first started."""
+        wall = time.time() - self.progress.job_start_time
+        return min(1.0, self.progress.productive_seconds / wall) if wall > 0 else None
 
     def _on_checkpoint_saved(self, step: int, seconds: float, blocking: float) -> None:
         self.metrics.emit(
@@ -420,14 +424,13 @@ class Trainer:
             self.ckpt.close()
         self.watchdog.stop()
         digest = params_sha256(get_model_state_dict(self.ddp))
-        wall = time.time() - self.progress.job_start_time
         self.metrics.emit(
             "end",
             step=self.progress.step,
             params_sha256=digest,
             epoch=self.progress.epoch,
             consumed_samples=self.progress.consumed_samples,
-            ettr=min(1.0, self.progress.productive_seconds / wall) if wall > 0 else None,
+            ettr=self._ettr(),
             failed_checkpoints=self.ckpt.failed_saves if self.ckpt else 0,
         )
         self.metrics.close()
