@@ -35,9 +35,10 @@ def _checkpoint_mounts(pod: PodTemplate) -> Iterator[tuple[int, dict, dict | Non
     "GPU-hour so far.",
     fix="Mount a ReadWriteMany PVC (e.g. at /checkpoints) and point the trainer at it "
     "(TRAINER_CHECKPOINT_DIR or --checkpoint-dir).",
+    applies=common.gpu_pod,
 )
 def checkpoint_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
-    if not pod.uses_gpus or pod.partial or not common.multi_node(pod, ctx):
+    if pod.partial or not common.multi_node(pod, ctx):
         return
     if not any(True for _ in _checkpoint_mounts(pod)):
         yield Violation("no checkpoint volume and no checkpoint directory", pod.path)
@@ -126,9 +127,10 @@ def dir_not_mounted(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "an emergency checkpoint.",
     fix="Set terminationGracePeriodSeconds above 30 s plus the checkpoint write time (120-300 s "
     "is typical).",
+    applies=common.gpu_pod,
 )
 def grace_period(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
-    if not pod.uses_gpus or pod.partial or not pod.training:
+    if pod.partial or not pod.training:
         return
     grace = pod.spec.get("terminationGracePeriodSeconds")
     if grace is None:

@@ -22,6 +22,11 @@ CHECKPOINT_FLAGS = (
 )
 
 
+def gpu_pod(pod: PodTemplate) -> bool:
+    """Pods that request GPUs (the `applies` predicate of GPU-only pod rules)."""
+    return pod.uses_gpus
+
+
 def training_pod(pod: PodTemplate) -> bool:
     """Pods of a training job kind, or any pod holding GPUs."""
     return pod.training or pod.uses_gpus

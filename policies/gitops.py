@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING, Document
-from trainops.policy.engine import Context, Violation, resource_rule
+from trainops.policy.engine import EVERY_KIND, Context, Violation, resource_rule
 from trainops.policy.pods import REPLICA_FIELDS
 
 SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
@@ -71,18 +71,12 @@ def crd_server_side(doc: Document, ctx: Context) -> Iterator[Violation]:
     why="Argo CD dry-runs every object before the sync; a custom resource whose CRD is created "
     "by the same sync fails that dry run and blocks the whole sync.",
     fix="Annotate the resource argocd.argoproj.io/sync-options: SkipDryRunOnMissingResource=true.",
+    kinds=EVERY_KIND,
 )
 def skip_dry_run(doc: Document, ctx: Context) -> Iterator[Violation]:
     group = doc.api_version.rpartition("/")[0]
     if not group or doc.kind == "CustomResourceDefinition":
         return
-    for crd in ctx.documents:
-        if crd.kind != "CustomResourceDefinition":
-            continue
-        spec = crd.obj.get("spec") or {}
-        if spec.get("group") == group and (spec.get("names") or {}).get("kind") == doc.kind:
-            if "SkipDryRunOnMissingResource=true" not in _sync_options(doc):
-                yield Violation(
-                    f"its CRD {crd.name} is in the same sync", ("metadata", "annotations")
-                )
-            return
+    crd = ctx.crd(group, doc.kind)
+    if crd is not None and "SkipDryRunOnMissingResource=true" not in _sync_options(doc):
+        yield Violation(f"its CRD {crd.name} is in the same sync", ("metadata", "annotations"))

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
-from trainops.policy.pods import PodTemplate, argv, gpu_count
+from trainops.policy.pods import PodTemplate, argv, gpu_count, is_int, mapping
 
 _FLAG_VALUE = re.compile(r"^(--?[A-Za-z][\w.-]*) +\S")
 SHELLS = ("sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/env", "dash", "zsh")
@@ -39,10 +39,14 @@ def _torchrun_words(container: dict) -> list[str] | None:
     return words
 
 
-def _replicas(doc: Document, role: str) -> int:
-    specs = (doc.obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}
-    replica = specs.get(role) or {}
-    return int(replica.get("replicas", 1)) if role in specs else 0
+def _replicas(doc: Document, role: str) -> int | None:
+    """Replicas of `role` (0 when the job has none; None when the count is not an integer,
+    which the schema check reports)."""
+    specs = mapping(mapping(doc.obj.get("spec")).get("pytorchReplicaSpecs"))
+    if role not in specs:
+        return 0
+    count = mapping(specs[role]).get("replicas", 1)
+    return count if is_int(count) else None
 
 
 @resource_rule(
@@ -59,7 +63,10 @@ def _replicas(doc: Document, role: str) -> int:
 def nnodes(doc: Document, ctx: Context) -> Iterator[Violation]:
     spec = doc.obj.get("spec") or {}
     elastic = spec.get("elasticPolicy") or {}
-    total = _replicas(doc, "Master") + _replicas(doc, "Worker")
+    master, worker = _replicas(doc, "Master"), _replicas(doc, "Worker")
+    if master is None or worker is None:
+        return  # a replica count that is not a number: the schema check reports it
+    total = master + worker
     for pod in ctx.pods(doc):
         for index, container in enumerate(pod.containers):
             words = _torchrun_words(container)
@@ -119,7 +126,7 @@ def nproc_per_node(doc: Document, ctx: Context) -> Iterator[Violation]:
     kinds=("PyTorchJob",),
 )
 def rendezvous(doc: Document, ctx: Context) -> Iterator[Violation]:
-    has_master = _replicas(doc, "Master") > 0
+    has_master = _replicas(doc, "Master") != 0
     for pod in ctx.pods(doc):
         for index, container in enumerate(pod.containers):
             words = _torchrun_words(container) or argv(container)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy.engine import Context, Violation, resource_rule
-from trainops.policy.pods import argv, env_of
+from trainops.policy.pods import argv, env_of, is_int
 
 
 def _roles(doc: Document, ctx: Context) -> dict:
@@ -78,6 +78,8 @@ def launcher_gpus(doc: Document, ctx: Context) -> Iterator[Violation]:
 def slots(doc: Document, ctx: Context) -> Iterator[Violation]:
     spec = doc.obj.get("spec") or {}
     per_worker = spec.get("slotsPerWorker", 1)
+    if not is_int(per_worker):
+        return  # the schema check reports it
     roles = _roles(doc, ctx)
     worker, launcher = roles.get("Worker"), roles.get("Launcher")
     if worker is not None and worker.gpus and worker.gpus != per_worker:

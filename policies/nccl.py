@@ -13,12 +13,28 @@ from trainops.policy.pods import PodTemplate, env_index, env_of
 from . import common
 
 
-def _nccl_env(pod: PodTemplate) -> Iterator[tuple[int, dict, str, str | None, tuple]]:
+def _nccl_env(pod: PodTemplate) -> list[tuple[int, dict, str, str | None, tuple]]:
+    """(container index, container, name, literal value, path) of every NCCL_* variable."""
+    return pod.memo("nccl-env", lambda: list(_find_nccl_env(pod)))
+
+
+def _find_nccl_env(pod: PodTemplate) -> Iterator[tuple[int, dict, str, str | None, tuple]]:
     for index, container in enumerate(pod.containers):
-        for name, value in env_of(container).items():
+        env = env_of(container)
+        if not any(name.startswith("NCCL_") for name in env):
+            continue
+        for name, value in env.items():
             if name.startswith("NCCL_"):
                 at = (*pod.container_path(index), "env", env_index(container, name))
                 yield index, container, name, value, at
+
+
+def sets_nccl_env(pod: PodTemplate) -> bool:
+    """Pods with NCCL_* variables (the `applies` predicate of the variable rules)."""
+    return bool(_nccl_env(pod))
+
+
+KNOWN_NAMES = nccl.KNOWN | set(nccl.DEPRECATED) | set(nccl.REMOVED) | set(nccl.NOT_NCCL)
 
 
 @pod_rule(
@@ -30,6 +46,7 @@ def _nccl_env(pod: PodTemplate) -> Iterator[tuple[int, dict, str, str | None, tu
     "timeout or error handling was configured.",
     fix="Use what actually exists: init_process_group(timeout=...) for the collective timeout, "
     "TORCH_NCCL_ASYNC_ERROR_HANDLING / TORCH_NCCL_BLOCKING_WAIT for PyTorch's handling.",
+    applies=sets_nccl_env,
 )
 def not_a_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for _, _, name, _, at in _nccl_env(pod):
@@ -44,11 +61,11 @@ def not_a_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     why="NCCL ignores variables it does not know, so a misspelling (NCCL_SOCKET_IFNAMES) "
     "silently leaves the default in place.",
     fix="Correct the name; if it is newer than trainops' list, exempt it with a reason.",
+    applies=sets_nccl_env,
 )
 def unknown_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
-    known = nccl.KNOWN | set(nccl.DEPRECATED) | set(nccl.REMOVED) | set(nccl.NOT_NCCL)
     for _, _, name, _, at in _nccl_env(pod):
-        if name in known:
+        if name in KNOWN_NAMES:
             continue
         close = difflib.get_close_matches(name, sorted(nccl.KNOWN), n=1, cutoff=0.85)
         if close:
@@ -69,6 +86,7 @@ def unknown_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     why="Deprecated variables still work today and stop working in a later NCCL release, "
     "usually unnoticed.",
     fix="Use the replacement named in the finding.",
+    applies=sets_nccl_env,
 )
 def deprecated_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for _, _, name, _, at in _nccl_env(pod):
@@ -86,6 +104,7 @@ def deprecated_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     title="No NCCL variables that NCCL removed",
     why="Removed variables are ignored: the tuning they promise does not happen.",
     fix="Remove the variable; the finding names what replaced it, if anything.",
+    applies=sets_nccl_env,
 )
 def removed_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for _, _, name, _, at in _nccl_env(pod):
@@ -102,6 +121,7 @@ def removed_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     fix="Use a documented value: levels LOC, PIX, PXB, PHB, SYS (or 0-4), NCCL_IB_TIMEOUT "
     "0-31, NCCL_IB_RETRY_CNT 0-7, NCCL_DEBUG VERSION|WARN|INFO|TRACE, NCCL_PROTO LL, LL128, "
     "Simple.",
+    applies=sets_nccl_env,
 )
 def invalid_value(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for _, _, name, value, at in _nccl_env(pod):
@@ -120,6 +140,7 @@ def invalid_value(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "selects every Mellanox device, management NICs included.",
     fix="Prefix the list with = for exact names (NCCL_IB_HCA==mlx5_0,mlx5_1), or list ports "
     "(mlx5_1:1).",
+    applies=sets_nccl_env,
 )
 def ib_hca_prefix(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for _, _, name, value, at in _nccl_env(pod):
@@ -196,6 +217,7 @@ def ib_disabled_with_rdma(pod: PodTemplate, ctx: Context) -> Iterator[Violation]
     why="NCCL_DEBUG=INFO is the transport evidence the preflight and `trainops doctor` read; "
     "without NCCL_DEBUG_SUBSYS it logs every collective setup, and TRACE slows training.",
     fix="Keep INFO with NCCL_DEBUG_SUBSYS=INIT,NET, or drop to WARN once the fabric is proven.",
+    applies=sets_nccl_env,
 )
 def debug_info(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for _, container, name, value, at in _nccl_env(pod):
@@ -219,9 +241,10 @@ def debug_info(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "Only NCCL's INFO output (NET/IB, NET/Socket, /GDRDMA) shows which path it took.",
     fix="Set NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET, and check the logs (trainops "
     "doctor nccl) or let the trainer check the transport (TRAINER_EXPECT_TRANSPORT).",
+    applies=common.gpu_pod,
 )
 def transport_evidence(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
-    if not pod.uses_gpus or not common.multi_node(pod, ctx):
+    if not common.multi_node(pod, ctx):
         return
     for index, container in enumerate(pod.containers):
         env = env_of(container)

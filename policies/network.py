@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 from collections.abc import Iterator
 
@@ -32,7 +33,7 @@ def network_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     except multus.AnnotationError as exc:
         yield Violation(f"{multus.ANNOTATION} is invalid: {exc}", at)
         return
-    if not ctx.platform and not ctx.of_kind("NetworkAttachmentDefinition"):
+    if not ctx.has_platform and not ctx.of_kind("NetworkAttachmentDefinition"):
         return  # a manifest on its own: its networks are defined elsewhere
     for attachment, nad in common.attached_nads(pod, ctx):
         if nad is None:
@@ -108,16 +109,36 @@ def host_local_ipam(doc: Document, ctx: Context) -> Iterator[Violation]:
     kinds=("NetworkAttachmentDefinition",),
 )
 def ipam_overlap(doc: Document, ctx: Context) -> Iterator[Violation]:
-    mine = _networks(doc)
-    for other in ctx.of_kind("NetworkAttachmentDefinition"):
-        if other.resource_id == doc.resource_id:
-            continue
-        for net in mine:
-            for theirs in _networks(other):
-                if net.version == theirs.version and net.overlaps(theirs):
-                    yield Violation(
-                        f"range {net} overlaps {theirs} of {other.resource_id}", ("spec", "config")
-                    )
+    ranges = ctx.memo("nad-ranges", lambda: _ranges(ctx.of_kind("NetworkAttachmentDefinition")))
+    for net in _networks(doc):
+        for theirs, other in _overlapping(ranges, net):
+            if other.resource_id != doc.resource_id:
+                yield Violation(
+                    f"range {net} overlaps {theirs} of {other.resource_id}", ("spec", "config")
+                )
+
+
+def _ranges(nads: list[Document]) -> dict[int, list]:
+    """Every NAD's ranges per IP version, sorted by first address, with their NAD."""
+    out: dict[int, list] = {4: [], 6: []}
+    for nad in nads:
+        for net in _networks(nad):
+            out[net.version].append(
+                (int(net.network_address), int(net.broadcast_address), net, nad)
+            )
+    for entries in out.values():
+        entries.sort(key=lambda entry: entry[0])
+    return out
+
+
+def _overlapping(ranges: dict[int, list], net) -> Iterator[tuple]:
+    """Ranges that overlap `net`: those starting before it ends and ending after it starts."""
+    entries = ranges[net.version]
+    first, last = int(net.network_address), int(net.broadcast_address)
+    end = bisect.bisect_right(entries, last, key=lambda entry: entry[0])
+    for _, end_at, theirs, other in entries[:end]:
+        if end_at >= first:
+            yield theirs, other
 
 
 def _networks(doc: Document) -> list:
@@ -132,10 +153,8 @@ def _networks(doc: Document) -> list:
     return out
 
 
-# Labels the training operator puts on the pods it creates, besides the template's own.
-OPERATOR_LABELS = (
-    "training.kubeflow.org/job-name",
-    "training.kubeflow.org/replica-type",
+# Labels the training operator sets on each pod with a value of that pod's own.
+PER_POD_OPERATOR_LABELS = (
     "training.kubeflow.org/replica-index",
     "training.kubeflow.org/job-role",
     "training.kubeflow.org/operator-name",
@@ -157,23 +176,20 @@ def service_selects_pods(doc: Document, ctx: Context) -> Iterator[Violation]:
     if not isinstance(selector, dict) or not selector:
         return
     namespace = doc.namespace or "default"
-    templates = [
-        p for d in ctx.everything if (d.namespace or "default") == namespace for p in ctx.pods(d)
-    ]
-    if not templates:
+    if not ctx.pods_in_namespace(namespace):
         return  # the pods come from elsewhere
-    for pod in templates:
-        labels = dict(pod.labels)
-        if pod.training:
-            labels.setdefault("training.kubeflow.org/job-name", pod.doc.name)
-            labels.setdefault("training.kubeflow.org/replica-type", pod.role.lower())
-        if all(labels.get(k) == v for k, v in selector.items()):
-            return
-        # Operator labels with other values (replica-index...) exist on some pod of the job.
-        if pod.training and all(
-            k in OPERATOR_LABELS or labels.get(k) == v for k, v in selector.items()
-        ):
-            return
+    exact = {k: v for k, v in selector.items() if k not in PER_POD_OPERATOR_LABELS}
+    per_pod = len(exact) < len(selector)
+    if exact:
+        selected = ctx.pods_selected(namespace, exact)
+        matched = any(pod.training or not per_pod for pod in selected)
+    else:  # only per-pod operator labels: any training pod of the namespace has them
+        matched = ctx.memo(
+            ("training-pods", namespace),
+            lambda: any(pod.training for pod in ctx.pods_in_namespace(namespace)),
+        )
+    if matched:
+        return
     yield Violation(
         f"selector {selector} matches no pod template in namespace {namespace}",
         ("spec", "selector"),

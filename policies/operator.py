@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy.engine import Context, Violation, resource_rule
-from trainops.policy.pods import DEFAULT_CONTAINERS, REPLICA_FIELDS
+from trainops.policy.pods import DEFAULT_CONTAINERS, REPLICA_FIELDS, is_int
 
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 KUBEFLOW_KINDS = tuple(REPLICA_FIELDS)
@@ -75,13 +75,21 @@ def replicas(doc: Document, ctx: Context) -> Iterator[Violation]:
                 ("spec", "pytorchReplicaSpecs", role),
             )
     master = specs.get("Master")
-    if isinstance(master, dict) and master.get("replicas", 1) != 1:
+    if (
+        isinstance(master, dict)
+        and is_int(master.get("replicas", 1))
+        and master.get("replicas", 1) != 1
+    ):
         yield Violation(
             f"Master.replicas is {master.get('replicas')}, must be 1",
             ("spec", "pytorchReplicaSpecs", "Master", "replicas"),
         )
     worker = specs.get("Worker")
-    if isinstance(worker, dict) and worker.get("replicas", 1) < 1:
+    if (
+        isinstance(worker, dict)
+        and is_int(worker.get("replicas", 1))
+        and worker.get("replicas", 1) < 1
+    ):
         yield Violation(
             "Worker.replicas is 0: the operator still creates a worker",
             ("spec", "pytorchReplicaSpecs", "Worker", "replicas"),

@@ -31,9 +31,10 @@ def _selects_gpu_nodes(pod: PodTemplate) -> bool:
     "without the toleration never passes.",
     fix="Select the GPU product (nodeSelector nvidia.com/gpu.product: ...) and tolerate "
     "nvidia.com/gpu.",
+    applies=common.gpu_pod,
 )
 def gpu_node_placement(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
-    if not pod.uses_gpus or pod.partial:
+    if pod.partial:
         return
     if not _selects_gpu_nodes(pod):
         yield Violation("no node selector or affinity for GPU nodes", pod.path)
@@ -101,9 +102,10 @@ def selects_own_pods(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     fix="Add pod affinity (pack) or topology spread (spread) on the topology key of the "
     "network, selecting the job's own pods.",
     kinds=tuple(REPLICA_FIELDS),
+    applies=common.gpu_pod,
 )
 def placement_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
-    if pod.uses_gpus and common.multi_node(pod, ctx) and not any(True for _ in _terms(pod)):
+    if common.multi_node(pod, ctx) and not any(True for _ in _terms(pod)):
         yield Violation("no topology spread or pod affinity for the job's pods", pod.path)
 
 
@@ -147,7 +149,7 @@ def gang_min_available(doc: Document, ctx: Context) -> Iterator[Violation]:
 def queue_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
     # Only where the queues would be visible: a cluster render, or one that defines queues.
     queue = (doc.metadata.get("labels") or {}).get(KUEUE_LABEL)
-    kueue_visible = bool(ctx.platform) or bool(ctx.of_kind("LocalQueue"))
+    kueue_visible = ctx.has_platform or bool(ctx.of_kind("LocalQueue"))
     if (
         queue
         and kueue_visible
@@ -159,7 +161,7 @@ def queue_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
         )
     policy = (((doc.obj.get("spec") or {}).get("runPolicy") or {}).get("schedulingPolicy")) or {}
     volcano = policy.get("queue")
-    volcano_visible = bool(ctx.platform) or bool(ctx.of_kind("Queue"))
+    volcano_visible = ctx.has_platform or bool(ctx.of_kind("Queue"))
     if volcano and volcano_visible and ctx.find("Queue", str(volcano)) is None:
         yield Violation(
             f"no Volcano Queue {volcano!r}", ("spec", "runPolicy", "schedulingPolicy", "queue")

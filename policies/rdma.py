@@ -20,9 +20,10 @@ from . import common
     "device and falls back to sockets.",
     fix="Request the fabric's RDMA resource (the NAD's k8s.v1.cni.cncf.io/resourceName, or the "
     "profile's rdmaResource) in the training container's limits.",
+    applies=common.gpu_pod,
 )
 def resource_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
-    if not pod.uses_gpus or pod.partial or not common.on_rdma_fabric(pod, ctx):
+    if pod.partial or not common.on_rdma_fabric(pod, ctx):
         return
     for index, container in enumerate(pod.containers):
         if gpu_count(container) and not common.rdma_resources(container):

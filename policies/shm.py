@@ -30,9 +30,10 @@ def _shm(pod: PodTemplate) -> tuple[int, dict | None]:
     "IPC namespace with every other pod there.",
     fix="Mount an emptyDir with medium: Memory and a sizeLimit at /dev/shm (8Gi per GPU is a "
     "good start).",
+    applies=common.gpu_pod,
 )
 def dev_shm_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
-    if not pod.uses_gpus or pod.partial:
+    if pod.partial:
         return
     if _shm(pod)[0] >= 0:
         return

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.policies.fixtures import edit, job, pytorchjob
+from tests.policies.fixtures import baseline, edit, job, platform, pod, pytorchjob
 from tests.support import REPO, write
 from trainops.errors import InputError
 from trainops.model import Document, Target
-from trainops.policy.engine import Context, PolicySettings, evaluate
+from trainops.policy import engine
+from trainops.policy.engine import Context, PolicySettings, evaluate, registered
 from trainops.policy.pods import pod_templates
 from trainops.policy.settings import load_pack, load_settings
 
@@ -223,6 +226,88 @@ def test_pod_templates_of_every_workload_kind():
         assert all(p.containers for p in pods), kind
 
 
+def test_pod_templates_count_the_pods_each_template_makes():
+    pod = {"containers": [{"name": "c", "image": "i:1"}]}
+    template = {"metadata": {}, "spec": pod}
+    cases = [
+        (
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "spec": {
+                    "parallelism": 4,
+                    "completions": 4,
+                    "completionMode": "Indexed",
+                    "template": template,
+                },
+            },
+            [("Job", 4)],
+        ),
+        (
+            {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "kind": "JobSet",
+                "spec": {
+                    "replicatedJobs": [
+                        {"name": "driver", "template": {"spec": {"template": template}}},
+                        {
+                            "name": "workers",
+                            "replicas": 3,
+                            "template": {"spec": {"parallelism": 2, "template": template}},
+                        },
+                    ]
+                },
+            },
+            [("driver", 1), ("workers", 6)],
+        ),
+        (
+            {
+                "apiVersion": "batch.volcano.sh/v1alpha1",
+                "kind": "Job",
+                "spec": {
+                    "tasks": [
+                        {"name": "master", "replicas": 1, "template": template},
+                        {"name": "worker", "replicas": 4, "template": template},
+                    ]
+                },
+            },
+            [("master", 1), ("worker", 4)],
+        ),
+        (
+            {
+                "apiVersion": "leaderworkerset.x-k8s.io/v1",
+                "kind": "LeaderWorkerSet",
+                "spec": {
+                    "replicas": 2,
+                    "leaderWorkerTemplate": {
+                        "size": 4,
+                        "leaderTemplate": template,
+                        "workerTemplate": template,
+                    },
+                },
+            },
+            [("leader", 2), ("worker", 6)],
+        ),
+        (
+            {
+                "apiVersion": "kubeflow.org/v2beta1",
+                "kind": "MPIJob",
+                "spec": {
+                    "mpiReplicaSpecs": {
+                        "Launcher": {"replicas": 1, "template": template},
+                        "Worker": {"replicas": 2, "template": template},
+                    }
+                },
+            },
+            [("Launcher", 1), ("Worker", 2)],
+        ),
+    ]
+    for obj, expected in cases:
+        obj["metadata"] = {"name": "x"}
+        pods = pod_templates(Document(obj=obj, source="s"))
+        assert [(p.role, p.replicas) for p in pods] == expected, obj["kind"]
+
+
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory) -> Path:
     """A copy of the repository's bases, schemas and policies with one cluster."""
@@ -288,3 +373,150 @@ def test_policies_cli(trainops):
 
 def test_the_example_job_needs_no_exemption():
     assert [f for f in run([pytorchjob()]) if f.severity == "error"] == []
+
+
+def test_wrongly_typed_fields_are_schema_errors_not_rule_crashes(trainops, tmp_path: Path):
+    docs = copy.deepcopy(baseline())
+    job(docs)["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "$NUM_NODES"
+    job(docs, "MPIJob")["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = "eight"
+    job(docs, "MPIJob")["spec"]["slotsPerWorker"] = "x"
+    path = write(tmp_path / "templated.yaml", yaml.safe_dump_all(docs))
+    result = trainops("validate", "--format", "json", str(path))
+    assert result.code == 1, result.err
+    errors = [f for f in json.loads(result.out)["findings"] if f["severity"] == "error"]
+    typed = {
+        f["path"] for f in errors if f["rule"] == "schema" and "expected integer" in f["message"]
+    }
+    assert typed == {
+        "spec.pytorchReplicaSpecs.Worker.replicas",
+        "spec.mpiReplicaSpecs.Worker.replicas",
+        "spec.slotsPerWorker",
+    }
+    assert [f for f in errors if "could not check" in f["message"]] == []
+
+
+def test_a_rule_that_raises_is_reported_and_the_other_rules_go_on(monkeypatch):
+    def broken(pod, ctx):
+        raise KeyError("boom")
+        yield  # a generator, like every rule
+
+    rule = registered()["dev-shm-missing"]
+    monkeypatch.setitem(engine._RULES, rule.id, replace(rule, check=broken))
+    found = run(NO_SHM())
+    crashed = [f for f in found if f.rule == "dev-shm-missing"]
+    assert crashed and all(
+        f.severity == "error" and "could not check this resource: KeyError" in f.message
+        for f in crashed
+    )
+    assert "nccl-debug-info" in rules_of(found)  # the rest of the pack still ran
+
+
+def test_resource_rules_name_their_kinds():
+    with pytest.raises(ValueError, match="must name its kinds"):
+        engine.resource_rule(id="no-kinds", severity="error", title="t", why="w", fix="f")(
+            lambda doc, ctx: iter(())
+        )
+
+
+def _runtime(name: str = "torch-distributed-roce") -> dict:
+    template = pod("node")
+    template["spec"]["containers"][0]["env"] = [
+        e for e in template["spec"]["containers"][0]["env"] if e["name"] != "NCCL_SOCKET_IFNAME"
+    ]
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name},
+        "spec": {
+            "mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": 8}},
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "metadata": {
+                                    "labels": {
+                                        "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"
+                                    }
+                                },
+                                "spec": {"template": template},
+                            },
+                        }
+                    ]
+                }
+            },
+        },
+    }
+
+
+def _trainjob(**trainer) -> dict:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "llama", "namespace": "training"},
+        "spec": {"runtimeRef": {"name": "torch-distributed-roce"}, "trainer": trainer},
+    }
+
+
+def test_a_trainjob_is_checked_as_the_pods_its_runtime_makes():
+    clean = _trainjob(numNodes=4, env=[{"name": "NCCL_SOCKET_IFNAME", "value": "=net1"}])
+    found = run([*platform(), _runtime(), clean])
+    assert [f for f in found if f.severity == "error" and f.resource.startswith("TrainJob")] == []
+    pods = Context(Target("file", "f"), [Document(obj=o, source="f") for o in [_runtime(), clean]])
+    [node] = pods.pods(pods.find("TrainJob", "llama"))
+    assert node.replicas == 4 and not node.partial
+    # What the TrainJob sets is reported where the TrainJob sets it.
+    wrong_nic = _trainjob(numNodes=4, env=[{"name": "NCCL_SOCKET_IFNAME", "value": "=eth9"}])
+    [finding] = [
+        f
+        for f in run([*platform(), _runtime(), wrong_nic])
+        if f.rule == "nccl-socket-ifname" and f.resource.startswith("TrainJob")
+    ]
+    assert finding.path == "spec.trainer.env[0].value" and "=eth9" in finding.message
+
+
+def test_trainjob_runtime_patches_merge_by_name_and_are_blamed_for_what_they_break():
+    patched = _trainjob(numNodes=2)
+    patched["spec"]["runtimePatches"] = [
+        {
+            "manager": "example.com/tuner",
+            "trainingRuntimeSpec": {
+                "template": {
+                    "spec": {
+                        "replicatedJobs": [
+                            {
+                                "name": "node",
+                                "template": {
+                                    "spec": {
+                                        "template": {
+                                            "spec": {
+                                                "volumes": [
+                                                    {"name": "dshm", "emptyDir": {"medium": ""}}
+                                                ]
+                                            }
+                                        }
+                                    }
+                                },
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+    ]
+    found = run([*platform(), _runtime(), patched])
+    shm = [f for f in found if f.rule == "dev-shm-not-memory"]
+    assert shm and all(f.path.startswith("spec.runtimePatches[0].") for f in shm), shm
+    # The runtime alone is blamed at runtimeRef, naming the runtime.
+    runtime = _runtime()
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+        "spec"
+    ]["containers"][0]["image"] = "registry.example.com/trainer:latest"
+    [image] = [
+        f
+        for f in run([*platform(), runtime, _trainjob(numNodes=2)])
+        if f.rule == "image-pinned" and f.resource.startswith("TrainJob")
+    ]
+    assert image.path == "spec.runtimeRef"
+    assert "ClusterTrainingRuntime torch-distributed-roce at spec.template" in image.message

@@ -8,6 +8,7 @@ rule. Reporters only ever see these two types.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 ERROR, WARNING, INFO = "error", "warning", "info"
@@ -29,6 +30,7 @@ class Document:
     `source` is the target it came from (an overlay directory or a YAML file).
     For plain YAML input `file` and `line` say where the document starts and
     `text` keeps its YAML so findings can point at the offending line.
+    The identity fields are read once: a Document's object is never modified.
     """
 
     obj: dict[str, Any]
@@ -37,32 +39,32 @@ class Document:
     line: int | None = None
     text: str | None = field(default=None, repr=False)
 
-    @property
+    @cached_property
     def api_version(self) -> str:
         value = self.obj.get("apiVersion")
         return value if isinstance(value, str) else ""
 
-    @property
+    @cached_property
     def kind(self) -> str:
         value = self.obj.get("kind")
         return value if isinstance(value, str) else ""
 
-    @property
+    @cached_property
     def metadata(self) -> dict[str, Any]:
         meta = self.obj.get("metadata")
         return meta if isinstance(meta, dict) else {}
 
-    @property
+    @cached_property
     def name(self) -> str:
         name = self.metadata.get("name") or self.metadata.get("generateName") or ""
         return str(name)
 
-    @property
+    @cached_property
     def namespace(self) -> str:
         namespace = self.metadata.get("namespace")
         return namespace if isinstance(namespace, str) else ""
 
-    @property
+    @cached_property
     def resource_id(self) -> str:
         return f"{self.kind}/{self.namespace}/{self.name}"
 

@@ -10,15 +10,18 @@ and the cluster profile when there is one.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import date
-from functools import cached_property
+from functools import lru_cache
 from typing import Any
 
 from trainops import rules as catalog
-from trainops.model import Document, Finding, Target, json_path
-from trainops.policy.pods import PodTemplate, pod_templates
+from trainops.model import ERROR, Document, Finding, Target, json_path
+from trainops.policy import trainjob
+from trainops.policy.index import RenderIndex
+from trainops.policy.pods import POD_KINDS, PodTemplate, effective_labels, pod_templates
 from trainops.profile.model import ClusterProfile
 from trainops.render.inputs import InputGraph
 from trainops.yamlio import locate
@@ -34,11 +37,13 @@ class Violation:
     severity: str | None = None  # overrides the rule's severity for this case
 
 
-@dataclass
+@dataclass(frozen=True)
 class Rule:
     info: catalog.RuleInfo
     scope: str  # "resource" | "pod" | "render"
     check: Callable[..., Iterable[Violation]]
+    # Pod rules: the pods the rule is about (e.g. `uses_gpus`); others never reach it.
+    applies: Callable[[PodTemplate], bool] | None = None
 
     @property
     def id(self) -> str:
@@ -46,28 +51,43 @@ class Rule:
 
 
 _RULES: dict[str, Rule] = {}
+# `kinds=EVERY_KIND`: a resource rule that must see documents of every kind (rare:
+# each such rule runs once per document of the render, so it must be cheap).
+EVERY_KIND = ()
 
 
 def _register(scope: str, **fields: Any) -> Callable:
     def decorate(function: Callable) -> Callable:
+        if scope == "resource" and "kinds" not in fields:
+            raise ValueError(
+                f"resource rule {fields.get('id')!r} must name its kinds (or kinds=EVERY_KIND)"
+            )
         kinds = tuple(fields.pop("kinds", ()))
+        applies = fields.pop("applies", None)
         info = catalog.RuleInfo(kinds=kinds, category="policy", **fields)
         if info.id in _RULES and _RULES[info.id].check is not function:
             raise ValueError(f"policy rule {info.id!r} defined twice")
         catalog.register(info)
-        _RULES[info.id] = Rule(info, scope, function)
+        _RULES[info.id] = Rule(info, scope, function, applies)
         return function
 
     return decorate
 
 
 def resource_rule(**fields: Any) -> Callable:
-    """Register `check(doc, ctx) -> Iterable[Violation]` for documents of `kinds`."""
+    """Register `check(doc, ctx) -> Iterable[Violation]` for documents of `kinds`.
+
+    `kinds` is required: a tuple of kinds, or EVERY_KIND for a rule about any object.
+    """
     return _register("resource", **fields)
 
 
 def pod_rule(**fields: Any) -> Callable:
-    """Register `check(pod, ctx) -> Iterable[Violation]` for every pod template."""
+    """Register `check(pod, ctx) -> Iterable[Violation]` for pod templates (of `kinds`).
+
+    `applies`, a predicate on the pod such as `gpu_pod`, keeps the rule from pods it is
+    not about; the engine asks it once per pod for every rule that shares it.
+    """
     return _register("pod", **fields)
 
 
@@ -80,41 +100,97 @@ def registered() -> dict[str, Rule]:
     return dict(_RULES)
 
 
-@dataclass
 class Context:
-    """What a rule may look at besides the resource it checks."""
+    """What a rule may look at besides the resource it checks.
 
-    target: Target
-    documents: list[Document]
-    platform: list[Document] = field(default_factory=list)
-    profile: ClusterProfile | None = None
-    inputs: InputGraph | None = None
+    Everything is a lookup on an index built once per render (`policy/index.py`):
+    rules never get the render as a list, so no rule can rescan it per resource.
+    """
 
-    @cached_property
-    def everything(self) -> list[Document]:
-        """This render plus the platform's, each object once."""
-        seen = {doc.resource_id for doc in self.documents}
-        return self.documents + [d for d in self.platform if d.resource_id not in seen]
-
-    @cached_property
-    def _pods(self) -> dict[int, list[PodTemplate]]:
-        return {}
+    def __init__(
+        self,
+        target: Target,
+        documents: Iterable[Document],
+        platform: Iterable[Document] = (),
+        profile: ClusterProfile | None = None,
+        inputs: InputGraph | None = None,
+    ):
+        self.target = target
+        self.profile = profile
+        self.inputs = inputs
+        platform = list(platform)
+        self.has_platform = bool(platform)  # a run or template checked with its cluster
+        self._index = RenderIndex(documents, platform)
+        self._pods: dict[int, list[PodTemplate]] = {}
 
     def pods(self, doc: Document) -> list[PodTemplate]:
+        """The pod templates of `doc`; a TrainJob's are resolved against its runtime."""
         key = id(doc)
-        if key not in self._pods:
-            self._pods[key] = pod_templates(doc)
-        return self._pods[key]
+        found = self._pods.get(key)
+        if found is None:
+            runtime = self.runtime_for(doc) if doc.kind == "TrainJob" else None
+            if runtime is not None:
+                found = trainjob.effective_pods(doc, runtime)
+            else:
+                found = pod_templates(doc) if doc.kind in POD_KINDS else []
+            self._pods[key] = found
+        return found
+
+    def runtime_for(self, doc: Document) -> Document | None:
+        """The (Cluster)TrainingRuntime a TrainJob references, if this render has it."""
+        ref = trainjob.runtime_ref(doc)
+        if ref is None or ref[0] not in trainjob.RUNTIME_KINDS:
+            return None
+        kind, name = ref
+        namespace = doc.namespace or "default" if kind == "TrainingRuntime" else None
+        return self.find(kind, name, namespace)
 
     def of_kind(self, *kinds: str) -> list[Document]:
-        return [doc for doc in self.everything if doc.kind in kinds]
+        """Documents of these kinds in this render and the platform's, in render order."""
+        return self._index.of_kind(*kinds)
 
     def find(self, kind: str, name: str, namespace: str | None = None) -> Document | None:
-        for doc in self.everything:
-            in_namespace = namespace is None or doc.namespace in (namespace, "")
-            if doc.kind == kind and doc.name == name and in_namespace:
-                return doc
-        return None
+        """The first `kind` named `name` (in `namespace`, or cluster-scoped)."""
+        return self._index.find(kind, name, namespace)
+
+    def crd(self, group: str, kind: str) -> Document | None:
+        """The CRD for group/kind when this render (not the platform) creates it."""
+        return self._index.crd(group, kind)
+
+    def pods_selected(self, namespace: str, selector: dict[str, Any]) -> list[PodTemplate]:
+        """Pod templates in `namespace` whose labels hold every key/value of `selector`."""
+        by_label = self._index.memo(
+            ("pods-by-label", namespace), lambda: self._label_index(namespace)
+        )
+        pods, labelled = by_label
+        if not selector:
+            return list(pods)
+        candidates: set[int] | None = None
+        for item in selector.items():
+            matching = labelled.get((str(item[0]), str(item[1])), set())
+            candidates = matching if candidates is None else candidates & matching
+            if not candidates:
+                return []
+        return [pods[i] for i in sorted(candidates or ())]
+
+    def pods_in_namespace(self, namespace: str) -> list[PodTemplate]:
+        """Every pod template of the documents in `namespace` ("default" when unset)."""
+        return self._index.memo(
+            ("pods", namespace),
+            lambda: [pod for doc in self._index.in_namespace(namespace) for pod in self.pods(doc)],
+        )
+
+    def _label_index(self, namespace: str) -> tuple[list[PodTemplate], dict]:
+        pods = self.pods_in_namespace(namespace)
+        labelled: dict[tuple[str, str], set[int]] = defaultdict(set)
+        for i, pod in enumerate(pods):
+            for key, value in effective_labels(pod).items():
+                labelled[(str(key), str(value))].add(i)
+        return pods, labelled
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """A fact about the whole render (e.g. every NAD's address ranges), computed once."""
+        return self._index.memo(key, compute)
 
     @property
     def is_run(self) -> bool:
@@ -145,33 +221,98 @@ class PolicySettings:
 
 
 def evaluate(ctx: Context, settings: PolicySettings) -> list[Finding]:
-    """Run every rule over the render in `ctx`; apply exemptions and overrides."""
-    found: list[tuple[Rule, Document | None, Violation]] = []
-    for rule in _RULES.values():
-        if settings.severity.get(rule.id) == "off":
-            continue
-        if rule.scope == "render":
+    """Run every rule over the render in `ctx`; apply exemptions and overrides.
+
+    Rules are dispatched by kind: a document meets only the resource rules of its
+    kind (and those that declared `kinds=EVERY_KIND`), and a pod template only the pod
+    rules whose `applies` predicate holds for it (each predicate asked once per pod).
+    A rule that raises is reported as an internal error for that resource and rule;
+    the other rules go on.
+    """
+    dispatch = _dispatch(tuple(r for r in _RULES.values() if settings.severity.get(r.id) != "off"))
+    found: list[tuple[Rule, Document | None, PodTemplate | None, Violation]] = []
+    for rule in dispatch.render:
+        try:
             for doc, violation in rule.check(ctx):
-                found.append((rule, doc, violation))
-            continue
-        for doc in ctx.documents:
-            if rule.info.kinds and doc.kind not in rule.info.kinds:
-                continue
-            if rule.scope == "resource":
+                found.append((rule, doc, None, violation))
+        except Exception as exc:  # a rule bug must not end the run or hide other findings
+            found.append((rule, None, None, _internal_error(rule, exc)))
+    no_rules: list[Rule] = []
+    for doc in ctx._index.documents:
+        kind = doc.kind
+        for rule in dispatch.resource.get(kind, dispatch.every_resource):
+            try:
                 for violation in rule.check(doc, ctx):
-                    found.append((rule, doc, violation))
-            else:
-                for pod in ctx.pods(doc):
-                    for violation in rule.check(pod, ctx):
-                        found.append((rule, doc, violation))
+                    found.append((rule, doc, None, violation))
+            except Exception as exc:
+                found.append((rule, doc, None, _internal_error(rule, exc)))
+        groups = dispatch.pod.get(kind)
+        if not groups:
+            continue
+        for pod in ctx.pods(doc):
+            for applies, rules in groups:
+                for rule in rules if applies is None or applies(pod) else no_rules:
+                    try:
+                        for violation in rule.check(pod, ctx):
+                            found.append((rule, doc, pod, violation))
+                    except Exception as exc:
+                        found.append((rule, doc, pod, _internal_error(rule, exc)))
     findings = []
-    for rule, doc, violation in found:
+    for rule, doc, pod, violation in found:
         if doc is not None and _exempted(rule.id, doc, settings):
             continue
         severity = settings.severity.get(rule.id) or violation.severity or rule.info.severity
-        findings.append(_finding(rule, doc, violation, severity, ctx.target))
+        findings.append(_finding(rule, doc, pod, violation, severity, ctx.target))
     findings.sort(key=lambda f: (f.resource, f.path, f.rule, f.message))
     return findings
+
+
+PodRules = list[tuple[Callable[[PodTemplate], bool] | None, list[Rule]]]
+
+
+@dataclass
+class _Dispatch:
+    """Rules by the kind of document they apply to.
+
+    `every_resource`: resource rules for kinds no rule names. `pod`: per pod-bearing
+    kind, its pod rules grouped by their `applies` predicate.
+    """
+
+    render: list[Rule]
+    resource: dict[str, list[Rule]]
+    every_resource: list[Rule]
+    pod: dict[str, PodRules]
+
+
+@lru_cache(maxsize=8)
+def _dispatch(rules: tuple[Rule, ...]) -> _Dispatch:
+    def for_kind(scoped: list[Rule], kind: str) -> list[Rule]:
+        return [r for r in scoped if not r.info.kinds or kind in r.info.kinds]
+
+    resource = [r for r in rules if r.scope == "resource"]
+    every_resource = for_kind(resource, "")
+    resource_table = {
+        kind: for_kind(resource, kind) for rule in resource for kind in rule.info.kinds
+    }
+    pods = [r for r in rules if r.scope == "pod"]
+    pod_table: dict[str, PodRules] = {}
+    for kind in POD_KINDS | {k for r in pods for k in r.info.kinds}:
+        groups: dict[Any, list[Rule]] = {}
+        for rule in for_kind(pods, kind):
+            groups.setdefault(rule.applies, []).append(rule)
+        pod_table[kind] = list(groups.items())
+    return _Dispatch(
+        [r for r in rules if r.scope == "render"], resource_table, every_resource, pod_table
+    )
+
+
+def _internal_error(rule: Rule, exc: Exception) -> Violation:
+    return Violation(
+        f"rule {rule.id} could not check this resource: {type(exc).__name__}: {exc}",
+        severity=ERROR,
+        fix="This is a trainops bug; please report it with the resource. Meanwhile exempt "
+        f"the resource from {rule.id} with a reason.",
+    )
 
 
 def _exempted(rule_id: str, doc: Document, settings: PolicySettings) -> bool:
@@ -182,11 +323,18 @@ def _exempted(rule_id: str, doc: Document, settings: PolicySettings) -> bool:
 
 
 def _finding(
-    rule: Rule, doc: Document | None, violation: Violation, severity: str, target: Target
+    rule: Rule,
+    doc: Document | None,
+    pod: PodTemplate | None,
+    violation: Violation,
+    severity: str,
+    target: Target,
 ) -> Finding:
+    path, origin = pod.origin(violation.path) if pod is not None else (violation.path, "")
+    message = f"{violation.message} (from {origin})" if origin else violation.message
     line = None
-    if doc is not None and doc.text is not None and doc.line is not None and violation.path:
-        found = locate(doc.text, violation.path)
+    if doc is not None and doc.text is not None and doc.line is not None and path:
+        found = locate(doc.text, path)
         line = doc.line + found if found is not None else doc.line
     elif doc is not None:
         line = doc.line
@@ -195,8 +343,8 @@ def _finding(
         severity=severity,
         source=doc.source if doc is not None else target.path,
         resource=doc.resource_id if doc is not None else "",
-        path=json_path(list(violation.path)),
-        message=violation.message,
+        path=json_path(list(path)),
+        message=message,
         fix=violation.fix or rule.info.fix,
         file=doc.file if doc is not None else None,
         line=line,
@@ -211,6 +359,7 @@ def _finding(
     "reason cannot be reviewed, and one naming no rule silences nothing (usually a typo).",
     fix="Write `trainops.dev/exempt-<rule-id>: <why this resource may break the rule>` with a "
     "rule id from `trainops policies list`.",
+    kinds=EVERY_KIND,
 )
 def exemption_annotations(doc: Document, ctx: Context) -> Iterator[Violation]:
     annotations = doc.metadata.get("annotations")

@@ -8,13 +8,16 @@ the JSON path to report findings at.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
-from trainops.model import Document
+from trainops.model import Document, json_path
 
-GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "habana.ai/gaudi")
+GPU_RESOURCES = frozenset(
+    ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "habana.ai/gaudi")
+)
 REPLICA_FIELDS = {
     "PyTorchJob": "pytorchReplicaSpecs",
     "MPIJob": "mpiReplicaSpecs",
@@ -32,7 +35,10 @@ TEMPLATE_KINDS = {
     "ReplicationController",
     "Job",
 }
-WORKLOAD_KINDS = {"Pod", "CronJob", *TEMPLATE_KINDS, *TRAINING_KINDS}
+# A path step in PodTemplate.sources: the list item before it was merged into by a patch.
+MERGED_ITEM = "<merged item>"
+# Kinds whose documents hold pod templates (Job covers Volcano's batch.volcano.sh Job too).
+POD_KINDS = {"Pod", "CronJob", "JobSet", "LeaderWorkerSet", *TEMPLATE_KINDS, *TRAINING_KINDS}
 # The container each training operator looks for in a replica's pod template.
 DEFAULT_CONTAINERS = {
     "PyTorchJob": "pytorch",
@@ -52,12 +58,23 @@ class PodTemplate:
     spec: dict[str, Any]
     replicas: int | None = None
     partial: bool = False  # a pod-like view (TrainJob's trainer), not a full pod spec
+    # A TrainJob resolved against its runtime: the runtime, and for each field the
+    # TrainJob set, the path where the TrainJob wrote it (see policy/trainjob.py).
+    runtime: Document | None = None
+    sources: dict[tuple[Any, ...], tuple[Any, ...]] | None = None
+    _memo: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        """A fact about this pod that several rules need, computed once."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     @property
     def training(self) -> bool:
         return self.doc.kind in TRAINING_KINDS
 
-    @property
+    @cached_property
     def containers(self) -> list[dict[str, Any]]:
         items = self.spec.get("containers")
         return [c for c in items if isinstance(c, dict)] if isinstance(items, list) else []
@@ -72,10 +89,31 @@ class PodTemplate:
         value = self.metadata.get("labels")
         return value if isinstance(value, dict) else {}
 
+    def origin(self, path: tuple[Any, ...]) -> tuple[tuple[Any, ...], str]:
+        """Where a finding at `path` belongs in the document: (path, note on its origin).
+
+        Paths of an ordinary template are the document's own. A TrainJob resolved
+        against its runtime maps what the TrainJob set back to the TrainJob and
+        reports what the runtime alone provides at spec.runtimeRef.
+        """
+        if self.runtime is None:
+            return path, ""
+        sources = self.sources or {}
+        for end in range(len(path), 0, -1):
+            written = sources.get(path[:end])
+            if written is not None:
+                return (*written, *path[end:]), ""
+        merged = sources.get((*path, MERGED_ITEM))
+        if merged is not None:
+            return merged, ""
+        return ("spec", "runtimeRef"), (
+            f"{self.runtime.kind} {self.runtime.name} at {json_path(list(path))}"
+        )
+
     def container_path(self, index: int) -> tuple[Any, ...]:
         return (*self.path, "containers", index)
 
-    @property
+    @cached_property
     def gpus(self) -> int:
         return sum(gpu_count(c) for c in self.containers)
 
@@ -94,6 +132,16 @@ class PodTemplate:
         return [v for v in items if isinstance(v, dict)] if isinstance(items, list) else []
 
 
+def effective_labels(pod: PodTemplate) -> dict[str, Any]:
+    """The labels the pod will carry: its template's, plus those a training operator adds
+    with one value for every pod of the replica (job name and replica type)."""
+    labels = dict(pod.labels)
+    if pod.training:
+        labels.setdefault("training.kubeflow.org/job-name", pod.doc.name)
+        labels.setdefault("training.kubeflow.org/replica-type", pod.role.lower())
+    return labels
+
+
 def resources(container: dict[str, Any], section: str) -> dict[str, Any]:
     res = container.get("resources")
     value = res.get(section) if isinstance(res, dict) else None
@@ -103,9 +151,8 @@ def resources(container: dict[str, Any], section: str) -> dict[str, Any]:
 def gpu_count(container: dict[str, Any]) -> int:
     total = 0
     for section in ("limits", "requests"):
-        for name in GPU_RESOURCES:
-            value = resources(container, section).get(name)
-            if value is not None:
+        for name, value in resources(container, section).items():
+            if name in GPU_RESOURCES and value is not None:
                 total = max(total, _int(value))
     return total
 
@@ -145,6 +192,7 @@ def argv(container: dict[str, Any]) -> list[str]:
 
 
 def pod_templates(doc: Document) -> list[PodTemplate]:
+    """Every pod template of `doc` as written (a TrainJob without its runtime is partial)."""
     return list(_templates(doc))
 
 
@@ -154,16 +202,28 @@ def _templates(doc: Document) -> Iterator[PodTemplate]:
     if not isinstance(spec, dict):
         return
     kind = doc.kind
+    group = doc.api_version.rpartition("/")[0]
     if kind == "Pod":
         yield PodTemplate(doc, "Pod", ("spec",), doc.metadata, spec, 1)
+    elif group == "batch.volcano.sh" and kind == "Job":
+        for index, task in enumerate(dicts(spec.get("tasks"))):
+            role = str(task.get("name", index))
+            path = ("spec", "tasks", index, "template")
+            yield from _template(doc, role, path, task.get("template"), task.get("replicas", 1))
+    elif kind == "Job":
+        yield from _template(doc, kind, ("spec", "template"), spec.get("template"), _job_pods(spec))
     elif kind in TEMPLATE_KINDS:
         yield from _template(
-            doc, kind, ("spec", "template"), spec.get("template"), spec.get("replicas")
+            doc, kind, ("spec", "template"), spec.get("template"), spec.get("replicas", 1)
         )
     elif kind == "CronJob":
-        job = (spec.get("jobTemplate") or {}).get("spec") or {}
+        job = mapping(mapping(spec.get("jobTemplate")).get("spec"))
         yield from _template(
-            doc, kind, ("spec", "jobTemplate", "spec", "template"), job.get("template")
+            doc,
+            kind,
+            ("spec", "jobTemplate", "spec", "template"),
+            job.get("template"),
+            _job_pods(job),
         )
     elif kind in REPLICA_FIELDS:
         replicas = spec.get(REPLICA_FIELDS[kind])
@@ -173,24 +233,25 @@ def _templates(doc: Document) -> Iterator[PodTemplate]:
                     count = replica.get("replicas", 1)
                     path = ("spec", REPLICA_FIELDS[kind], role, "template")
                     yield from _template(doc, str(role), path, replica.get("template"), count)
+    elif kind == "JobSet":
+        yield from replicated_job_templates(doc, spec, ("spec",))
     elif kind in ("TrainingRuntime", "ClusterTrainingRuntime"):
-        jobs = (((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs")) or []
-        for index, job in enumerate(jobs if isinstance(jobs, list) else []):
-            if isinstance(job, dict):
-                path = (
-                    "spec",
-                    "template",
-                    "spec",
-                    "replicatedJobs",
-                    index,
-                    "template",
-                    "spec",
-                    "template",
-                )
-                template = ((job.get("template") or {}).get("spec") or {}).get("template")
-                yield from _template(
-                    doc, str(job.get("name", index)), path, template, job.get("replicas")
-                )
+        jobset = mapping(mapping(spec.get("template")).get("spec"))
+        yield from replicated_job_templates(doc, jobset, ("spec", "template", "spec"))
+    elif kind == "LeaderWorkerSet":
+        lws = mapping(spec.get("leaderWorkerTemplate"))
+        groups = spec.get("replicas", 1)
+        size = lws.get("size", 1)
+        groups = groups if is_int(groups) else None
+        size = size if is_int(size) else None
+        worker_path = ("spec", "leaderWorkerTemplate", "workerTemplate")
+        if isinstance(lws.get("leaderTemplate"), dict):
+            leader_path = ("spec", "leaderWorkerTemplate", "leaderTemplate")
+            yield from _template(doc, "leader", leader_path, lws["leaderTemplate"], groups)
+            workers = groups * (size - 1) if groups is not None and size is not None else None
+        else:
+            workers = groups * size if groups is not None and size is not None else None
+        yield from _template(doc, "worker", worker_path, lws.get("workerTemplate"), workers)
     elif kind == "TrainJob":
         trainer = spec.get("trainer")
         if isinstance(trainer, dict):
@@ -210,11 +271,47 @@ def _templates(doc: Document) -> Iterator[PodTemplate]:
             )
 
 
+def replicated_job_templates(
+    doc: Document, jobset: dict[str, Any], prefix: tuple[Any, ...]
+) -> Iterator[PodTemplate]:
+    """Pod templates of a JobSet spec: one per replicated job."""
+    for index, job in enumerate(dicts(jobset.get("replicatedJobs"))):
+        job_spec = mapping(mapping(job.get("template")).get("spec"))
+        path = (*prefix, "replicatedJobs", index, "template", "spec", "template")
+        copies = job.get("replicas", 1)
+        per_job = _job_pods(job_spec)
+        count = copies * per_job if is_int(copies) and per_job is not None else None
+        yield from _template(
+            doc, str(job.get("name", index)), path, job_spec.get("template"), count
+        )
+
+
+def _job_pods(job_spec: dict[str, Any]) -> int | None:
+    """Pods a batch/v1 Job runs at once: its parallelism (default 1)."""
+    value = job_spec.get("parallelism", 1)
+    return value if is_int(value) else None
+
+
+def mapping(value: Any) -> dict[str, Any]:
+    """`value` if it is a mapping, else an empty one: rules read fields of any type safely."""
+    return value if isinstance(value, dict) else {}
+
+
+def dicts(value: Any) -> list[dict[str, Any]]:
+    """The mappings in `value` if it is a list (anything else: none)."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def is_int(value: Any) -> bool:
+    """An integer as YAML gives it (not a bool, not a string such as "$NUM_NODES")."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _template(
     doc: Document, role: str, path: tuple[Any, ...], template: Any, replicas: Any = None
 ) -> Iterator[PodTemplate]:
     if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
         return
-    metadata = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
-    count = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else None
+    metadata = mapping(template.get("metadata"))
+    count = replicas if is_int(replicas) else None
     yield PodTemplate(doc, role, (*path, "spec"), metadata, template["spec"], count)

@@ -1,0 +1,45 @@
+"""The policy pass is linear in the size of the render: counted, not timed.
+
+Every Python and C function call made while evaluating the pack is counted on a
+synthetic render of 1,000 and of 10,000 resources (tests/scale.py). A rule that
+rescans the render for each resource makes the count grow a hundredfold; a
+linear pass grows it tenfold. Counting keeps the test exact on a busy machine.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from tests.scale import synthetic_render
+from tests.support import REPO
+from trainops.model import Document, Target
+from trainops.policy.engine import Context, PolicySettings, evaluate
+from trainops.policy.settings import load_pack
+
+load_pack(REPO / "policies")
+
+
+def _calls_to_evaluate(resources: int) -> tuple[int, int, list]:
+    documents = [Document(obj=o, source="render") for o in synthetic_render(resources)]
+    calls = 0
+
+    def count(frame, event, arg):
+        nonlocal calls
+        if event in ("call", "c_call"):
+            calls += 1
+
+    sys.setprofile(count)
+    try:
+        found = evaluate(Context(Target("kustomization", "render"), documents), PolicySettings())
+    finally:
+        sys.setprofile(None)
+    return calls, len(documents), found
+
+
+def test_policy_calls_grow_linearly_with_the_render():
+    small, small_docs, small_found = _calls_to_evaluate(1_000)
+    large, large_docs, large_found = _calls_to_evaluate(10_000)
+    assert large_docs >= 9 * small_docs
+    # The renders are clean, so the count measures the rules' work, not their findings.
+    assert [f for f in small_found + large_found if f.severity != "info"] == []
+    assert large / small <= 11 * large_docs / small_docs / 10, (small, large)

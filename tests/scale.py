@@ -1,0 +1,124 @@
+"""Synthetic renders of any size, for the linearity test and the scale benchmarks.
+
+A render is made of units; each unit is the policy fixtures' clean RoCE cluster
+render (network, claim, queue, ClusterPolicy, PyTorchJob, elastic job, MPIJob)
+plus a Deployment with its Service, a ConfigMap, and a CRD with one of its custom
+resources. Every unit has its own names and address range, and units share ten
+namespaces, so namespaces grow with the render, as lookups by namespace must
+survive.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from tests.policies.fixtures import baseline
+
+UNIT = len(baseline()) + 6
+
+
+def synthetic_render(resources: int) -> list[dict[str, Any]]:
+    """About `resources` objects (a whole number of units)."""
+    template = baseline()
+    out: list[dict[str, Any]] = []
+    for index in range(max(1, resources // UNIT)):
+        out.extend(_unit(template, index))
+    return out
+
+
+def _unit(template: list[dict[str, Any]], index: int) -> list[dict[str, Any]]:
+    namespace = f"team-{index % 10}"
+    suffix = f"-{index}"
+    docs = copy.deepcopy(template)
+    for doc in docs:
+        meta = doc["metadata"]
+        meta["name"] += suffix
+        if "namespace" in meta:
+            meta["namespace"] = namespace
+        kind = doc["kind"]
+        if kind == "NetworkAttachmentDefinition":
+            config = json.loads(doc["spec"]["config"])
+            config["name"] = meta["name"]
+            config["plugins"][0]["ipam"]["range"] = f"10.{index // 256 % 256}.{index % 256}.0/24"
+            doc["spec"]["config"] = json.dumps(config)
+        elif "ReplicaSpecs" in "".join(doc.get("spec", {})):
+            _rename_references(doc, suffix)
+    docs += [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": f"web{suffix}", "namespace": namespace},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": f"web{suffix}"}},
+                "template": {
+                    "metadata": {"labels": {"app": f"web{suffix}"}},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "web",
+                                "image": "registry.example.com/web:1.0.0",
+                                "resources": {
+                                    "requests": {"cpu": "100m", "memory": "128Mi"},
+                                    "limits": {"cpu": "1", "memory": "256Mi"},
+                                },
+                            }
+                        ]
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": f"web{suffix}", "namespace": namespace},
+            "spec": {"selector": {"app": f"web{suffix}"}, "ports": [{"port": 80}]},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"settings{suffix}", "namespace": namespace},
+            "data": {"mode": "fast"},
+        },
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"widgets.u{index}.example.com"},
+            "spec": {
+                "group": f"u{index}.example.com",
+                "names": {"kind": "Widget", "plural": "widgets"},
+                "scope": "Namespaced",
+                "versions": [{"name": "v1", "served": True, "storage": True}],
+            },
+        },
+        {
+            "apiVersion": f"u{index}.example.com/v1",
+            "kind": "Widget",
+            "metadata": {
+                "name": f"widget{suffix}",
+                "namespace": namespace,
+                "annotations": {
+                    "argocd.argoproj.io/sync-options": "SkipDryRunOnMissingResource=true"
+                },
+            },
+        },
+    ]
+    return docs
+
+
+def _rename_references(job: dict[str, Any], suffix: str) -> None:
+    """Point a job's pods at this unit's network, claim and queue."""
+    labels = job["metadata"].get("labels", {})
+    if "kueue.x-k8s.io/queue-name" in labels:
+        labels["kueue.x-k8s.io/queue-name"] += suffix
+    for replica in next(v for k, v in job["spec"].items() if k.endswith("ReplicaSpecs")).values():
+        template = replica["template"]
+        annotations = template.get("metadata", {}).get("annotations", {})
+        if "k8s.v1.cni.cncf.io/networks" in annotations:
+            annotations["k8s.v1.cni.cncf.io/networks"] += suffix
+        for volume in template["spec"].get("volumes", []):
+            claim = volume.get("persistentVolumeClaim")
+            if claim:
+                claim["claimName"] += suffix
