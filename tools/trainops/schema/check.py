@@ -3,6 +3,8 @@
 The common case, a valid document, costs one `is_valid` call. Only invalid
 documents pay for error details, friendlier messages ("unknown field
 "replica": did you mean "replicas"?") and the line of the offending field.
+Then the checks schemas cannot express (CEL rules, built-in API validation,
+operator webhooks: `trainops.admission`) add theirs, in the same shape.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
+from trainops import admission
 from trainops.model import ERROR, Document, Finding, json_path
 from trainops.schema.registry import SchemaRegistry
 from trainops.yamlio import locate
@@ -49,9 +52,16 @@ def violations(doc: Document, registry: SchemaRegistry) -> list[Violation] | Non
 
 
 def check_document(
-    doc: Document, registry: SchemaRegistry, ignore_missing: bool
+    doc: Document,
+    registry: SchemaRegistry,
+    ignore_missing: bool,
+    cel: bool = True,
+    api_checks: bool = True,
 ) -> tuple[str, list[Finding]]:
-    """Return ("valid" | "invalid" | "skipped", findings) for one document."""
+    """Return ("valid" | "invalid" | "skipped", findings) for one document.
+
+    `cel`: evaluate its CRD's CEL rules; `api_checks`: the built-in API validation and
+    the operators' webhook checks."""
     found = violations(doc, registry)
     if found is None:
         if ignore_missing:
@@ -63,7 +73,15 @@ def check_document(
             "or pass --ignore-missing-schemas.",
         )
         return "invalid", [to_finding(doc, missing)]
-    return ("invalid" if found else "valid"), [to_finding(doc, v) for v in found]
+    findings = [to_finding(doc, v) for v in found]
+    if cel or api_checks:
+        problems = admission.check(doc, registry, cel, api_checks, schema_valid=not found)
+        findings.extend(
+            to_finding(doc, Violation(p.path, p.message, p.fix), p.rule, p.severity)
+            for p in problems
+        )
+    invalid = any(f.severity == ERROR for f in findings)
+    return ("invalid" if invalid else "valid"), findings
 
 
 def _describe(
@@ -119,7 +137,9 @@ def _describe(
     return found
 
 
-def to_finding(doc: Document, violation: Violation) -> Finding:
+def to_finding(
+    doc: Document, violation: Violation, rule: str = RULE, severity: str = ERROR
+) -> Finding:
     path = violation.path
     line = None
     if doc.text is not None and doc.line is not None:
@@ -131,8 +151,8 @@ def to_finding(doc: Document, violation: Violation) -> Finding:
             found = locate(doc.text, tuple(path))
         line = doc.line + found if found is not None else doc.line
     return Finding(
-        rule=RULE,
-        severity=ERROR,
+        rule=rule,
+        severity=severity,
         source=doc.source,
         resource=doc.resource_id,
         path=json_path(list(path)),

@@ -14,6 +14,12 @@ Descriptions and other documentation are dropped. The strict variant closes
 every object that lists properties and does not preserve unknown fields,
 which is how the API server treats unknown fields under strict field
 validation (kubectl's default).
+
+JSON Schema cannot carry `x-kubernetes-validations` (CEL rules), nor the
+defaults the API server applies before evaluating them, nor how list items
+are matched between an old and a new object. Those go to a sidecar file per
+served version (`GROUP/KIND_VERSION.validations.json`), written only for
+versions that have rules; `trainops.admission.cel` compiles and runs them.
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ from typing import Any
 
 JSON_SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
 FILE_TEMPLATE = "{group}/{kind}_{version}{strict}.json"
+VALIDATIONS_TEMPLATE = "{group}/{kind}_{version}.validations.json"
+# Schema path steps that are not property names: a list's items, a map's values.
+ITEMS, VALUES = "[]", "{}"
 _DROPPED = {
     "description",
     "example",
@@ -38,6 +47,7 @@ _DROPPED = {
 _SCHEMA_MAPS = ("properties", "patternProperties", "definitions", "$defs")
 _SCHEMA_LISTS = ("allOf", "anyOf", "oneOf")
 _SCHEMA_VALUES = ("items", "additionalProperties", "not", "additionalItems")
+_RULE_KEYS = ("rule", "message", "messageExpression", "fieldPath", "reason", "optionalOldSelf")
 
 
 class NotACRD(ValueError):
@@ -127,8 +137,9 @@ def _convert_node(node: dict[str, Any], strict: bool) -> dict[str, Any]:
 
 
 def schema_files(crd: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Relative file name -> JSON schema, for both variants of every served version."""
-    files = {}
+    """Relative file name -> content, for every file the import writes: both schema
+    variants of every served version, and its CEL rules' sidecar where it has rules."""
+    files = validation_files(crd)
     for group, kind, version, schema in served_schemas(crd):
         for strict, suffix in ((False, ""), (True, "-strict")):
             name = FILE_TEMPLATE.format(
@@ -136,6 +147,84 @@ def schema_files(crd: dict[str, Any]) -> dict[str, dict[str, Any]]:
             )
             files[name] = convert(schema, strict)
     return files
+
+
+def validation_files(crd: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Relative file name -> CEL rules, defaults and list keys, per served version with rules."""
+    name = str((crd.get("metadata") or {}).get("name") or "")
+    files = {}
+    for group, kind, version, schema in served_schemas(crd):
+        rules: list[dict[str, Any]] = []
+        lists: dict[str, dict[str, Any]] = {}
+        _collect(schema, [], rules, lists)
+        if not rules:
+            continue
+        file = VALIDATIONS_TEMPLATE.format(group=group, kind=kind.lower(), version=version)
+        files[file] = {
+            "crd": name or f"{kind.lower()}s.{group}",
+            "rules": rules,
+            "defaults": _defaults(schema, (), {tuple(r["path"]) for r in rules}) or {},
+            "lists": lists,
+        }
+    return files
+
+
+def _collect(
+    node: dict[str, Any],
+    path: list[str],
+    rules: list[dict[str, Any]],
+    lists: dict[str, dict[str, Any]],
+) -> None:
+    """Every CEL rule with the schema path of the node it is attached to."""
+    for rule in node.get("x-kubernetes-validations") or []:
+        if isinstance(rule, dict) and isinstance(rule.get("rule"), str):
+            kept = {k: rule[k] for k in _RULE_KEYS if k in rule}
+            rules.append({"path": list(path), "type": _type_name(node), **kept})
+    if node.get("x-kubernetes-list-type") == "map":
+        keys = node.get("x-kubernetes-list-map-keys") or []
+        lists["/".join(path)] = {"type": "map", "keys": list(keys)}
+    elif node.get("x-kubernetes-list-type") == "set":
+        lists["/".join(path)] = {"type": "set"}
+    for child, sub in _children(node):
+        _collect(sub, [*path, child], rules, lists)
+
+
+def _defaults(
+    node: dict[str, Any], path: tuple[str, ...], ruled: set[tuple[str, ...]]
+) -> dict[str, Any] | None:
+    """The schema reduced to the `default`s a rule can see (at or below a node with
+    rules) and the nodes on the way to them."""
+    out: dict[str, Any] = {}
+    if "default" in node:
+        out["default"] = node["default"]
+    if node.get("nullable"):
+        out["nullable"] = True
+    for child, sub in _children(node):
+        below = (*path, child)
+        if not any(r[: len(below)] == below or below[: len(r)] == r for r in ruled):
+            continue
+        kept = _defaults(sub, below, ruled)
+        if kept:
+            out.setdefault("children", {})[child] = kept
+    return out if ("default" in out or "children" in out) else None
+
+
+def _children(node: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    children = [
+        (name, sub) for name, sub in (node.get("properties") or {}).items() if isinstance(sub, dict)
+    ]
+    if isinstance(node.get("items"), dict):
+        children.append((ITEMS, node["items"]))
+    if isinstance(node.get("additionalProperties"), dict):
+        children.append((VALUES, node["additionalProperties"]))
+    return children
+
+
+def _type_name(node: dict[str, Any]) -> str:
+    if node.get("x-kubernetes-int-or-string"):
+        return "integer-or-string"
+    kind = node.get("type")
+    return kind if isinstance(kind, str) else "object"
 
 
 def serialise(schema: dict[str, Any]) -> str:

@@ -8,6 +8,10 @@ location is a directory or URL laid out like kubernetes-json-schema. The
 location `default` means the core Kubernetes schemas bundled with the
 `kubernetes-validate` package, read offline, for the chosen minor version.
 Locations are tried in order; the first schema found wins.
+
+A CRD schema found in a local directory may have a sidecar of CEL rules next
+to it (`KIND_VERSION.validations.json`, written by `trainops schemas import`);
+`rules()` compiles it once per kind and keeps it for the whole run.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 import jsonschema_rs
 
+from trainops.admission.cel import RuleSet
 from trainops.errors import InputError
 
 DEFAULT_KUBERNETES_VERSION = "1.35"
@@ -66,6 +71,7 @@ class SchemaRegistry:
         self.strict = strict
         self.version = minor_version(kubernetes_version)
         self._compiled: dict[tuple[str, str], CompiledSchema | None] = {}
+        self._rules: dict[tuple[str, str], RuleSet | None] = {}
         self._fetched: dict[str, dict[str, Any] | None] = {}
         if "default" in locations and self.version not in bundled_versions():
             available = bundled_versions()
@@ -98,6 +104,22 @@ class SchemaRegistry:
         if key not in self._compiled:
             self._compiled[key] = self._find(api_version, kind)
         return self._compiled[key]
+
+    def rules(self, api_version: str, kind: str) -> RuleSet | None:
+        """The compiled CEL rules of a custom resource kind, or None when it has none."""
+        key = (api_version, kind)
+        if key not in self._rules:
+            compiled = self.lookup(api_version, kind)
+            found = None
+            if compiled is not None and not compiled.core and "://" not in compiled.location:
+                try:
+                    found = RuleSet.load(Path(validations_path(compiled.location)))
+                except (OSError, ValueError) as exc:
+                    raise InputError(
+                        f"CEL rules cannot be read: {exc}", validations_path(compiled.location)
+                    ) from None
+            self._rules[key] = found
+        return self._rules[key]
 
     def _find(self, api_version: str, kind: str) -> CompiledSchema | None:
         for location in self.locations:
@@ -171,6 +193,12 @@ def render_template(template: str, api_version: str, kind: str, version: str, st
         return values[name].lower() if name == "KindSuffix" else values[name]
 
     return _TEMPLATE_VAR.sub(substitute, template)
+
+
+def validations_path(schema_path: str) -> str:
+    """Where the CEL rules of the CRD schema at `schema_path` are kept."""
+    stem = schema_path.removesuffix(".json").removesuffix("-strict")
+    return stem + ".validations.json"
 
 
 def crd_location(schema_dir: Path) -> str:

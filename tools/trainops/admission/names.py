@@ -1,0 +1,155 @@
+"""Names, label keys and values, annotations: apimachinery's validation functions.
+
+Facts from k8s.io/apimachinery `pkg/util/validation/validation.go` (IsDNS1123Label,
+IsDNS1123Subdomain, IsDNS1035Label, IsQualifiedName, IsValidLabelValue) and
+`pkg/api/validation/objectmeta.go` (ValidateObjectMeta, ValidateAnnotations);
+each function returns the API server's messages, empty when the value is valid.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from trainops.admission.field import API, Path, Problem, invalid, too_long
+
+DNS1123_LABEL_MAX = 63
+DNS1123_SUBDOMAIN_MAX = 253
+LABEL_VALUE_MAX = 63
+QUALIFIED_NAME_MAX = 63
+ANNOTATIONS_MAX_BYTES = 256 * 1024
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+DNS1123_LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character (e.g. 'my-name', or '123-abc')"
+)
+DNS1123_SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
+    "or '.', and must start and end with an alphanumeric character (e.g. 'example.com')"
+)
+DNS1035_LABEL_MSG = (
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with "
+    "an alphabetic character, and end with an alphanumeric character (e.g. 'my-name', or "
+    "'abc-123')"
+)
+QUALIFIED_NAME_MSG = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with "
+    "an alphanumeric character (e.g. 'MyName', or 'my.name', or '123-abc')"
+)
+LABEL_VALUE_MSG = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' "
+    "or '.', and must start and end with an alphanumeric character (e.g. 'MyValue', or "
+    "'my_value', or '12345')"
+)
+
+
+def max_length(limit: int) -> str:
+    return f"must be no more than {limit} characters"
+
+
+def dns1123_label(value: str) -> list[str]:
+    errors = [max_length(DNS1123_LABEL_MAX)] if len(value) > DNS1123_LABEL_MAX else []
+    if not _DNS1123_LABEL.fullmatch(value):
+        errors.append(DNS1123_LABEL_MSG)
+    return errors
+
+
+def dns1123_subdomain(value: str) -> list[str]:
+    errors = [max_length(DNS1123_SUBDOMAIN_MAX)] if len(value) > DNS1123_SUBDOMAIN_MAX else []
+    if not _DNS1123_SUBDOMAIN.fullmatch(value):
+        errors.append(DNS1123_SUBDOMAIN_MSG)
+    return errors
+
+
+def dns1035_label(value: str) -> list[str]:
+    errors = [max_length(DNS1123_LABEL_MAX)] if len(value) > DNS1123_LABEL_MAX else []
+    if not _DNS1035_LABEL.fullmatch(value):
+        errors.append(DNS1035_LABEL_MSG)
+    return errors
+
+
+def qualified_name(value: str) -> list[str]:
+    """`[prefix/]name`: the prefix a DNS subdomain, the name at most 63 characters."""
+    parts = value.split("/")
+    if len(parts) == 1:
+        prefix, name = "", parts[0]
+    elif len(parts) == 2:
+        prefix, name = parts
+        if not prefix:
+            return ["prefix part must be non-empty"]
+    else:
+        return [
+            "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and "
+            "must start and end with an alphanumeric character, with an optional DNS "
+            "subdomain prefix and '/' (e.g. 'example.com/MyName')"
+        ]
+    errors = [f"prefix part {e}" for e in dns1123_subdomain(prefix)] if prefix else []
+    if not name:
+        errors.append("name part must be non-empty")
+    else:
+        if len(name) > QUALIFIED_NAME_MAX:
+            errors.append("name part " + max_length(QUALIFIED_NAME_MAX))
+        if not _QUALIFIED_NAME.fullmatch(name):
+            errors.append("name part " + QUALIFIED_NAME_MSG)
+    return errors
+
+
+def label_value(value: str) -> list[str]:
+    errors = [max_length(LABEL_VALUE_MAX)] if len(value) > LABEL_VALUE_MAX else []
+    if not _LABEL_VALUE.fullmatch(value):
+        errors.append(LABEL_VALUE_MSG)
+    return errors
+
+
+NameCheck = Callable[[str], list[str]]
+
+
+def object_meta(
+    meta: Any, name_check: NameCheck, at: Path = ("metadata",), rule: str = API
+) -> Iterator[Problem]:
+    """ValidateObjectMeta: name (or generateName) by the kind's rule, labels, annotations."""
+    if not isinstance(meta, dict):
+        return
+    name = meta.get("name")
+    if isinstance(name, str) and name:
+        for error in name_check(name):
+            yield Problem(rule, (*at, "name"), invalid(name, error))
+    elif isinstance(meta.get("generateName"), str) and meta["generateName"]:
+        # A generated name is the prefix plus five characters; a trailing '-' is allowed.
+        prefix = meta["generateName"]
+        for error in name_check(prefix.removesuffix("-") + "-abcde"):
+            yield Problem(rule, (*at, "generateName"), invalid(prefix, error))
+    yield from labels(meta.get("labels"), (*at, "labels"), rule)
+    yield from annotations(meta.get("annotations"), (*at, "annotations"), rule)
+
+
+def labels(value: Any, at: Path, rule: str = API) -> Iterator[Problem]:
+    if not isinstance(value, dict):
+        return
+    for key, item in value.items():
+        key = str(key)
+        for error in qualified_name(key):
+            yield Problem(rule, (*at, key), invalid(key, error))
+        if isinstance(item, str):
+            for error in label_value(item):
+                yield Problem(rule, (*at, key), invalid(item, error))
+
+
+def annotations(value: Any, at: Path, rule: str = API) -> Iterator[Problem]:
+    if not isinstance(value, dict):
+        return
+    total = 0
+    for key, item in value.items():
+        key = str(key)
+        for error in qualified_name(key.lower()):
+            yield Problem(rule, (*at, key), invalid(key, error))
+        total += len(key.encode()) + (len(item.encode()) if isinstance(item, str) else 0)
+    if total > ANNOTATIONS_MAX_BYTES:
+        yield Problem(rule, at, too_long(ANNOTATIONS_MAX_BYTES))
