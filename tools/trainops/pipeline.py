@@ -101,6 +101,8 @@ class ValidateOptions:
     skip: tuple[str, ...] = ()  # kinds or apiVersion/kind to skip, as in kubeconform
     policy_pack: Path | None = None  # None: schema checks only
     policy_config: Path | None = None
+    cel: bool = True  # evaluate CRDs' CEL rules
+    api_checks: bool = True  # built-in API validation and operator webhook checks
 
     def skips(self, doc: Document) -> bool:
         return doc.kind in self.skip or f"{doc.api_version}/{doc.kind}" in self.skip
@@ -279,7 +281,11 @@ class Validation:
                 status = SKIPPED
             else:
                 status, found = check_document(
-                    doc, self.registry, self.options.ignore_missing_schemas
+                    doc,
+                    self.registry,
+                    self.options.ignore_missing_schemas,
+                    self.options.cel,
+                    self.options.api_checks,
                 )
                 findings.extend(found)
             resources.append(

@@ -17,7 +17,7 @@ from typing import Any
 from trainops.admission import names
 from trainops.admission.embedded import later
 from trainops.admission.field import WEBHOOK, Path, Problem, invalid, too_long
-from trainops.admission.workloads import job_spec
+from trainops.admission.workloads import claim_names, job_spec
 
 MAX_INT32 = 2**31 - 1
 RULE_NAME = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
@@ -55,11 +55,21 @@ def check(obj: dict[str, Any]) -> Iterator[Problem]:
     name = str(_dict(obj.get("metadata")).get("name") or "")
     spec = _dict(obj.get("spec"))
     yield from check_spec(spec, name, ("spec",))
+    claimed = volume_claims(spec)
     for index, rjob in enumerate(_replicated_jobs(spec)):
         template = _dict(_dict(rjob.get("template")).get("spec"))
         where: Path = ("spec", "replicatedJobs", index, "template", "spec")
-        errors = job_spec(template, where, True, "OnFailure", "Indexed")
+        errors = job_spec(template, where, True, "OnFailure", "Indexed", claimed)
         yield from later(errors, "JobSet", "the JobSet controller", "Jobs")
+
+
+def volume_claims(spec: dict[str, Any]) -> frozenset[str]:
+    """Volumes the JobSet controller adds to every pod from spec.volumeClaimPolicies."""
+    policies = spec.get("volumeClaimPolicies")
+    found: frozenset[str] = frozenset()
+    for policy in policies if isinstance(policies, list) else []:
+        found |= claim_names(_dict(policy).get("templates"))
+    return found
 
 
 def _replicated_jobs(spec: dict[str, Any]) -> list[dict[str, Any]]:

@@ -57,8 +57,9 @@ def _negative(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value < 0
 
 
-def pod_spec(spec: Any, at: Path) -> Iterator[Error]:
-    """Everything ValidatePodSpec reports that a JSON schema lets through."""
+def pod_spec(spec: Any, at: Path, claimed: frozenset[str] = frozenset()) -> Iterator[Error]:
+    """Everything ValidatePodSpec reports that a JSON schema lets through. `claimed`: volumes
+    the controller adds from claim templates (StatefulSet, JobSet volumeClaimPolicies)."""
     if not isinstance(spec, dict):
         return
     containers = _dicts(spec.get("containers"))
@@ -66,6 +67,7 @@ def pod_spec(spec: Any, at: Path) -> Iterator[Error]:
     if not containers:
         yield (*at, "containers"), required()
     volumes = yield from _volumes(spec.get("volumes"), (*at, "volumes"))
+    volumes |= claimed
     host_network = spec.get("hostNetwork") is True
     seen: set[str] = set()
     ports: set[str] = set()

@@ -19,6 +19,7 @@ from typing import Any
 
 from trainops.admission.embedded import later
 from trainops.admission.field import WEBHOOK, Problem, invalid
+from trainops.admission.jobset import volume_claims
 from trainops.admission.workloads import job_spec
 
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
@@ -38,7 +39,9 @@ def _dict(value: Any) -> dict[str, Any]:
 
 def runtime(kind: str, obj: dict[str, Any]) -> Iterator[Problem]:
     at = ("spec", "template", "spec", "replicatedJobs")
-    rjobs = _dict(_dict(_dict(obj.get("spec")).get("template")).get("spec")).get("replicatedJobs")
+    jobset = _dict(_dict(_dict(obj.get("spec")).get("template")).get("spec"))
+    claimed = volume_claims(jobset)
+    rjobs = jobset.get("replicatedJobs")
     for index, rjob in enumerate(rjobs if isinstance(rjobs, list) else []):
         rjob = _dict(rjob)
         template = _dict(rjob.get("template"))
@@ -71,7 +74,7 @@ def runtime(kind: str, obj: dict[str, Any]) -> Iterator[Problem]:
             "completions": job.get("completions", 1),
             "parallelism": job.get("parallelism", 1),
         }
-        errors = job_spec(filled, where, True, "OnFailure", "Indexed")
+        errors = job_spec(filled, where, True, "OnFailure", "Indexed", claimed)
         yield from later(errors, kind, "the JobSet controller (for each TrainJob using it)", "Jobs")
 
 

@@ -122,7 +122,7 @@ def _selector_is_empty(selector: dict[str, Any]) -> bool:
 # -- pod templates ----------------------------------------------------------------------------
 
 
-def pod_template(template: Any, at: Path) -> Iterator[Error]:
+def pod_template(template: Any, at: Path, claimed: frozenset[str] = frozenset()) -> Iterator[Error]:
     """ValidatePodTemplateSpec: the template's labels, annotations and pod spec."""
     if not isinstance(template, dict):
         return
@@ -131,7 +131,7 @@ def pod_template(template: Any, at: Path) -> Iterator[Error]:
         yield problem.path, problem.message
     for problem in names.annotations(meta.get("annotations"), (*at, "metadata", "annotations")):
         yield problem.path, problem.message
-    yield from pod_spec(template.get("spec"), (*at, "spec"))
+    yield from pod_spec(template.get("spec"), (*at, "spec"), claimed)
 
 
 def _restart_policy(template: Any, default: str = "Always") -> str:
@@ -142,6 +142,15 @@ def _restart_policy(template: Any, default: str = "Always") -> str:
 
 def _template_labels(template: Any) -> dict[str, Any]:
     return _dict(_dict(_dict(template).get("metadata")).get("labels"))
+
+
+def claim_names(templates: Any) -> frozenset[str]:
+    """Names of PersistentVolumeClaim templates, which become volumes of the pods."""
+    if not isinstance(templates, list):
+        return frozenset()
+    return frozenset(
+        str(_dict(_dict(t).get("metadata")).get("name")) for t in templates if isinstance(t, dict)
+    )
 
 
 def replicated_workload(spec: dict[str, Any], at: Path, kind: str) -> Iterator[Error]:
@@ -165,7 +174,8 @@ def replicated_workload(spec: dict[str, Any], at: Path, kind: str) -> Iterator[E
                 invalid(_template_labels(template), "`selector` does not match template `labels`"),
             )
     if isinstance(template, dict):
-        yield from pod_template(template, (*at, "template"))
+        claimed = claim_names(spec.get("volumeClaimTemplates"))
+        yield from pod_template(template, (*at, "template"), claimed)
         policy = _restart_policy(template)
         if policy != "Always":
             yield (
@@ -293,6 +303,7 @@ def job_spec(
     labels_generated: bool,
     restart_default: str = "Always",
     mode_default: str = "NonIndexed",
+    claimed: frozenset[str] = frozenset(),
 ) -> Iterator[Error]:
     """validateJobSpec after defaulting. `labels_generated`: the API server generates the
     selector unless manualSelector is set; the defaults are those of whoever creates the
@@ -329,7 +340,7 @@ def job_spec(
     elif manual:
         yield (*at, "selector"), required()
     if isinstance(template, dict):
-        yield from pod_template(template, (*at, "template"))
+        yield from pod_template(template, (*at, "template"), claimed)
         policy = _restart_policy(template, restart_default)
         if policy not in ("OnFailure", "Never"):
             yield (

@@ -60,6 +60,17 @@ from trainops.schema.registry import DEFAULT_KUBERNETES_VERSION, crd_location
     help="Kind (or apiVersion/Kind) to leave unchecked; repeatable.",
 )
 @click.option(
+    "--skip-cel",
+    is_flag=True,
+    help="Do not evaluate the x-kubernetes-validations (CEL) rules of custom resources.",
+)
+@click.option(
+    "--skip-api-checks",
+    is_flag=True,
+    help="Skip the API server's built-in validation (names, pod specs, workload specs) and "
+    "the operators' webhook checks.",
+)
+@click.option(
     "--policies/--no-policies",
     default=True,
     show_default=True,
@@ -84,6 +95,8 @@ def validate(
     ignore_missing_schemas,
     strict,
     skip,
+    skip_cel,
+    skip_api_checks,
     policies,
     policy_config,
 ):
@@ -117,6 +130,8 @@ def validate(
         strict=strict,
         ignore_missing_schemas=ignore_missing_schemas,
         skip=tuple(skip),
+        cel=not skip_cel,
+        api_checks=not skip_api_checks,
         policy_pack=config.policy_pack if policies else None,
         policy_config=(policy_config or (config.policy_pack / "config.yaml"))
         if policies and config.policy_pack
