@@ -7,6 +7,7 @@ from pathlib import Path
 
 import jsonschema_rs
 import pytest
+import yaml
 
 from tests.support import MIRROR, REPO, write
 from trainops.schema.crd import convert, schema_files
@@ -174,3 +175,41 @@ def test_every_required_kind_has_a_committed_schema():
             path = REPO / "schemas" / f"{name}{suffix}.json"
             assert path.is_file(), path
             jsonschema_rs.validator_for(json.loads(path.read_text()))
+
+
+def test_cel_rules_are_kept_in_a_sidecar_with_their_path_defaults_and_list_keys():
+    crd = yaml.safe_load(
+        CRD.replace(
+            "            required: [size]\n",
+            "            required: [size]\n"
+            "            x-kubernetes-validations:\n"
+            "            - rule: self.owner != 'root'\n"
+            "              message: no root\n"
+            "              reason: FieldValueForbidden\n",
+        ).replace(
+            "                  leaf: {type: boolean}\n",
+            "                  leaf: {type: boolean, default: false}\n"
+            "                x-kubernetes-validations:\n"
+            "                - rule: self.leaf == oldSelf.leaf\n",
+        )
+    )
+    sidecar = schema_files(crd)["example.com/widget_v1.validations.json"]
+    assert sidecar["crd"] == "widgets.example.com"
+    assert [(r["path"], r["rule"]) for r in sidecar["rules"]] == [
+        (["spec"], "self.owner != 'root'"),
+        (["spec", "nested"], "self.leaf == oldSelf.leaf"),
+    ]
+    assert sidecar["rules"][0]["reason"] == "FieldValueForbidden"
+    nested = sidecar["defaults"]["children"]["spec"]["children"]["nested"]
+    assert nested["children"]["leaf"]["default"] is False
+
+
+def test_committed_cel_sidecars_hold_every_rule_of_their_crds():
+    from trainops.admission.cel import RuleSet
+
+    total = 0
+    for path in sorted((REPO / "schemas").glob("*/*.validations.json")):
+        rules = RuleSet.load(path)
+        assert rules is not None and rules.problems == [], path
+        total += rules.count
+    assert total >= 80
