@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+from tests.support import REPO
 from tests.workspace import commit
 from trainops.diff.compare import MISSING, field_changes
 
@@ -40,7 +41,7 @@ def test_an_immutable_queue_change_is_flagged(trainops, workspace):
     run = trainops("diff", "overlays/prod-ib/runs", cwd=workspace)
     assert run.code == 0
     assert '~ spec.runPolicy.schedulingPolicy.queue: "training" -> "research"' in run.out
-    assert "the job's queue is immutable" in run.out
+    assert "spec.runPolicy.schedulingPolicy.queue is immutable" in run.out  # the CRD's rule
     strict = trainops("diff", "--fail-on-warning", cwd=workspace)
     assert strict.code == 1
 
@@ -91,3 +92,79 @@ def test_unnamed_lists_compare_by_position():
         ("args[1]", "b", "c"),
         ("args[2]", MISSING, "d"),
     ]
+
+
+def _modified(old: dict, new: dict):
+    from trainops.diff.compare import ResourceDiff, ResourceKey, field_changes
+
+    key = ResourceKey("overlays/x", old["kind"], "ns", old["metadata"]["name"])
+    return ResourceDiff(key, "modified", field_changes(old, new), old, new)
+
+
+def _hazards(old: dict, change) -> list[str]:
+    import copy
+
+    from trainops.diff.hazards import hazards
+    from trainops.schema.registry import SchemaRegistry, crd_location
+
+    registry = SchemaRegistry([crd_location(REPO / "schemas")], "1.35", strict=False)
+    new = copy.deepcopy(old)
+    change(new)
+    return hazards(_modified(old, new), registry)
+
+
+TRAINJOB = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+    "kind": "TrainJob",
+    "metadata": {"name": "llama"},
+    "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": 2}},
+}
+
+
+def test_crd_immutables_come_from_their_transition_rules():
+    found = _hazards(TRAINJOB, lambda o: o["spec"]["trainer"].update(numNodes=4))
+    assert any(h.startswith("spec.trainer: ") and "field is immutable" in h for h in found)
+    assert _hazards(TRAINJOB, lambda o: o["spec"].update(suspend=True)) == []
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js"},
+        "spec": {"failurePolicy": {"maxRestarts": 1}, "replicatedJobs": []},
+    }
+    found = _hazards(jobset, lambda o: o["spec"]["failurePolicy"].update(maxRestarts=3))
+    assert any("spec.failurePolicy" in h and "Value is immutable" in h for h in found)
+    queue = {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "LocalQueue",
+        "metadata": {"name": "training"},
+        "spec": {"clusterQueue": "gpu"},
+    }
+    assert _hazards(queue, lambda o: o["spec"].update(clusterQueue="cpu"))
+
+
+def test_built_in_immutables_no_rule_expresses():
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "ckpt"},
+        "spec": {"storageClassName": "cephfs", "resources": {"requests": {"storage": "1Ti"}}},
+    }
+    assert _hazards(claim, lambda o: o["spec"].update(storageClassName="nfs"))
+    grow = lambda o: o["spec"]["resources"]["requests"].update(storage="2Ti")  # noqa: E731
+    assert _hazards(claim, grow) == []
+    sts = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "db"},
+        "spec": {"serviceName": "db", "replicas": 1, "selector": {"matchLabels": {"a": "b"}}},
+    }
+    assert _hazards(sts, lambda o: o["spec"].update(serviceName="db2"))
+    assert _hazards(sts, lambda o: o["spec"].update(replicas=3)) == []
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "c"},
+        "immutable": True,
+        "data": {"a": "1"},
+    }
+    assert _hazards(config, lambda o: o["data"].update(a="2"))
