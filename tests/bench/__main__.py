@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tests.bench import trainer_bench, validate_bench
+from tests.bench import admission_bench, trainer_bench, validate_bench
 
 RESULTS = Path("bench-results")
 
@@ -19,13 +19,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--copies", type=int, default=4, help="copies of each cluster overlay")
     parser.add_argument(
-        "--only", choices=["validate", "schema", "policies", "trainer"], help="run one section"
+        "--only",
+        choices=["validate", "schema", "policies", "admission", "trainer"],
+        help="run one section",
     )
     options = parser.parse_args()
     results_file = RESULTS / "results.json"
     results: dict = json.loads(results_file.read_text()) if results_file.exists() else {}
     if options.only in (None, "validate", "schema", "policies"):
         results.update(validate_bench.run(options.copies, options.only))
+    if options.only in (None, "admission"):
+        results.update(admission_bench.run())
     if options.only in (None, "trainer"):
         results.update(trainer_bench.run())
     RESULTS.mkdir(exist_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from functools import lru_cache
 from typing import Any
 
 from trainops.admission.field import API, Path, Problem, invalid, too_long
@@ -54,28 +55,32 @@ def max_length(limit: int) -> str:
     return f"must be no more than {limit} characters"
 
 
-def dns1123_label(value: str) -> list[str]:
+@lru_cache(maxsize=8192)  # names and labels repeat across a render
+def dns1123_label(value: str) -> tuple[str, ...]:
     errors = [max_length(DNS1123_LABEL_MAX)] if len(value) > DNS1123_LABEL_MAX else []
     if not _DNS1123_LABEL.fullmatch(value):
         errors.append(DNS1123_LABEL_MSG)
-    return errors
+    return tuple(errors)
 
 
-def dns1123_subdomain(value: str) -> list[str]:
+@lru_cache(maxsize=8192)  # names and labels repeat across a render
+def dns1123_subdomain(value: str) -> tuple[str, ...]:
     errors = [max_length(DNS1123_SUBDOMAIN_MAX)] if len(value) > DNS1123_SUBDOMAIN_MAX else []
     if not _DNS1123_SUBDOMAIN.fullmatch(value):
         errors.append(DNS1123_SUBDOMAIN_MSG)
-    return errors
+    return tuple(errors)
 
 
-def dns1035_label(value: str) -> list[str]:
+@lru_cache(maxsize=8192)  # names and labels repeat across a render
+def dns1035_label(value: str) -> tuple[str, ...]:
     errors = [max_length(DNS1123_LABEL_MAX)] if len(value) > DNS1123_LABEL_MAX else []
     if not _DNS1035_LABEL.fullmatch(value):
         errors.append(DNS1035_LABEL_MSG)
-    return errors
+    return tuple(errors)
 
 
-def qualified_name(value: str) -> list[str]:
+@lru_cache(maxsize=8192)  # names and labels repeat across a render
+def qualified_name(value: str) -> tuple[str, ...]:
     """`[prefix/]name`: the prefix a DNS subdomain, the name at most 63 characters."""
     parts = value.split("/")
     if len(parts) == 1:
@@ -83,13 +88,13 @@ def qualified_name(value: str) -> list[str]:
     elif len(parts) == 2:
         prefix, name = parts
         if not prefix:
-            return ["prefix part must be non-empty"]
+            return ("prefix part must be non-empty",)
     else:
-        return [
+        return (
             "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and "
             "must start and end with an alphanumeric character, with an optional DNS "
-            "subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ]
+            "subdomain prefix and '/' (e.g. 'example.com/MyName')",
+        )
     errors = [f"prefix part {e}" for e in dns1123_subdomain(prefix)] if prefix else []
     if not name:
         errors.append("name part must be non-empty")
@@ -98,17 +103,18 @@ def qualified_name(value: str) -> list[str]:
             errors.append("name part " + max_length(QUALIFIED_NAME_MAX))
         if not _QUALIFIED_NAME.fullmatch(name):
             errors.append("name part " + QUALIFIED_NAME_MSG)
-    return errors
+    return tuple(errors)
 
 
-def label_value(value: str) -> list[str]:
+@lru_cache(maxsize=8192)  # names and labels repeat across a render
+def label_value(value: str) -> tuple[str, ...]:
     errors = [max_length(LABEL_VALUE_MAX)] if len(value) > LABEL_VALUE_MAX else []
     if not _LABEL_VALUE.fullmatch(value):
         errors.append(LABEL_VALUE_MSG)
-    return errors
+    return tuple(errors)
 
 
-NameCheck = Callable[[str], list[str]]
+NameCheck = Callable[[str], tuple[str, ...]]
 
 
 def object_meta(

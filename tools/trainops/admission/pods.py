@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from trainops.admission import names, quantity
@@ -236,13 +238,22 @@ def _env(value: Any, at: Path) -> Iterator[Error]:
                 )
 
 
-def _resource_name(name: str, at: Path) -> Iterator[Error]:
-    for error in names.qualified_name(name):
-        yield at, invalid(name, error)
+@lru_cache(maxsize=4096)  # the same resource names and amounts recur in every container
+def _resource_entry(name: str, raw: Any) -> tuple[tuple[str, ...], Fraction | None]:
+    """Messages for one `name: amount` of limits or requests, and the parsed amount."""
+    errors = [invalid(name, error) for error in names.qualified_name(name)]
     native = "/" not in name or name.startswith("kubernetes.io/")
     standard = name in _STANDARD_CONTAINER_RESOURCES or name.startswith("hugepages-")
     if native and not standard:
-        yield at, invalid(name, "must be a standard resource for containers")
+        errors.append(invalid(name, "must be a standard resource for containers"))
+    amount = quantity.parse(raw)
+    if amount is None:
+        errors.append(invalid(raw, quantity.PARSE_ERROR))
+    elif amount < 0:
+        errors.append(invalid(raw, _NON_NEGATIVE_MSG))
+    elif amount.denominator != 1 and not _overcommit(name) and "/" in name:
+        errors.append(invalid(raw, "must be an integer"))
+    return tuple(errors), amount
 
 
 def _overcommit(name: str) -> bool:
@@ -262,17 +273,12 @@ def _resources(value: Any, at: Path) -> Iterator[Error]:
             continue
         for name, raw in amounts.items():
             name = str(name)
-            where = (*at, part, name)
-            yield from _resource_name(name, where)
-            amount = quantity.parse(raw)
-            if amount is None:
-                yield where, invalid(raw, quantity.PARSE_ERROR)
-                continue
-            if amount < 0:
-                yield where, invalid(raw, _NON_NEGATIVE_MSG)
-            elif amount.denominator != 1 and not _overcommit(name) and "/" in name:
-                yield where, invalid(raw, "must be an integer")
-            parsed[part][name] = (raw, amount)
+            hashable = raw if isinstance(raw, str | int | float) else str(raw)
+            errors, amount = _resource_entry(name, hashable)
+            for message in errors:
+                yield (*at, part, name), message
+            if amount is not None:
+                parsed[part][name] = (raw, amount)
     limits, requests = parsed["limits"], parsed["requests"]
     for name, (raw, amount) in requests.items():
         if name in limits:

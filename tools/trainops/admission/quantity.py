@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
@@ -45,6 +46,11 @@ def parse(value: Any) -> Fraction | None:
         return Fraction(str(value)) if value == value and abs(value) != float("inf") else None
     if not isinstance(value, str):
         return None
+    return _parse_text(value)
+
+
+@lru_cache(maxsize=4096)  # manifests repeat the same few quantities
+def _parse_text(value: str) -> Fraction | None:
     number = _NUMBER.match(value)
     if number is None:
         return None
