@@ -11,6 +11,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from tests.support import PYTORCHJOB, write
+from trainops.model import Target
+from trainops.pipeline import FILE_UNIT_BYTES, PARALLEL_MIN_UNITS, ValidateOptions, Validation
+from trainops.render.engine import Renderer, RenderOptions
 
 CONFIGMAP = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  k: v\n"
 
@@ -116,7 +119,7 @@ def test_junit_has_a_suite_per_target_and_a_case_per_resource(trainops, tmp_path
     out = tmp_path / "report.xml"
     run = trainops("validate", "--no-policies", "--format", "junit", "-o", str(out), str(tmp_path))
     assert run.code == 1 and run.out == ""
-    assert "3 resources in 2 targets: 1 errors" in run.err
+    assert "trainops: 2 targets, 3 resources: 1 error, 0 warnings, 0 info -> " in run.err
     root = ET.parse(out).getroot()
     suites = root.findall("testsuite")
     assert [s.get("name") for s in suites] == [str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")]
@@ -150,3 +153,74 @@ def test_output_is_all_or_nothing_and_exit_codes(trainops, tmp_path: Path):
     assert trainops("validate", "--no-policies", str(good)).code == 0
     bad = write(tmp_path / "bad.yaml", PYTORCHJOB.format(replicas_key="replica"))
     assert trainops("validate", "--no-policies", str(good), str(bad)).code == 1
+
+
+def test_a_clean_repository_prints_one_line_and_show_info_brings_info_back(trainops):
+    quiet = trainops("validate", "overlays", "argocd")
+    assert quiet.code == 0, quiet.out
+    [line] = quiet.out.splitlines()
+    assert line.endswith("info (shown with --show-info)") and " 0 errors, 0 warnings, " in line
+    info = int(line.split(" warnings, ")[1].split(" info")[0])
+    assert info > 0
+    verbose = trainops("validate", "overlays", "argocd", "--show-info")
+    assert sum(": info: " in ln for ln in verbose.out.splitlines()) == info
+
+
+def test_quiet_prints_the_summary_and_fail_on_sets_the_exit_code(trainops, tmp_path: Path):
+    # A Service that selects no pod of the file: a warning, never an error.
+    doc = write(
+        tmp_path / "svc.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  selector:\n"
+        "    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n"
+        "    spec:\n      containers:\n      - name: web\n        image: nginx:1.27.0\n"
+        "        resources:\n          requests: {cpu: 100m, memory: 64Mi}\n"
+        "          limits: {cpu: 100m, memory: 64Mi}\n"
+        "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n"
+        "  selector: {app: api}\n  ports:\n  - port: 80\n",
+    )
+    loud = trainops("validate", str(doc))
+    assert loud.code == 0 and "warning: Service//web" in loud.out
+    quiet = trainops("validate", "--quiet", str(doc))
+    assert quiet.code == 0 and quiet.out.strip() == loud.out.splitlines()[-1]
+    assert ", 1 warning, " in quiet.out
+    strict = trainops("validate", "--fail-on", "warning", "--format", "junit", str(doc))
+    assert strict.code == 1
+    assert ET.fromstring(strict.out).find(".//failure").get("type") == "service-selects-pods"
+
+
+def test_two_files_with_the_same_content_keep_their_own_names(trainops, tmp_path: Path):
+    text = PYTORCHJOB.format(replicas_key="replica")
+    first, second = write(tmp_path / "a.yaml", text), write(tmp_path / "b.yaml", text)
+    for _ in range(2):  # the second run is answered from the cache
+        run = trainops("validate", "--no-policies", "--format", "json", str(first), str(second))
+        sources = sorted(f["source"].split(":")[0] for f in json.loads(run.out)["findings"])
+        assert sources == [str(first), str(second)]
+
+
+def test_a_corrupt_cache_entry_is_a_miss(trainops, tmp_path: Path, cache_dir: Path):
+    job = write(tmp_path / "job.yaml", PYTORCHJOB.format(replicas_key="replica"))
+    first = trainops("validate", "--no-policies", "--format", "json", str(job))
+    for entry in cache_dir.rglob("*"):
+        if entry.is_file() and "validate" in entry.parts:
+            entry.write_bytes(b"\x00not json")
+    again = trainops("validate", "--no-policies", "--format", "json", str(job))
+    assert (again.code, again.out) == (first.code, first.out)
+    assert "Traceback" not in again.err
+
+
+def test_worker_processes_find_what_one_process_finds(trainops, tmp_path: Path):
+    # Enough plain YAML to be worth worker processes with -j 2.
+    configmaps = "---\n".join(CONFIGMAP.format(name=f"c{i}") for i in range(4000))
+    size = len(configmaps)
+    files = PARALLEL_MIN_UNITS * FILE_UNIT_BYTES // size + 2
+    for index in range(files):
+        bad = f"---\nkind: ConfigMap\napiVersion: v1\nmetadata:\n  name: x{index}\n  labels: [1]\n"
+        write(tmp_path / f"f{index}.yaml", configmaps + bad)
+    targets = [Target("file", str(path)) for path in sorted(tmp_path.glob("f*.yaml"))]
+    validation = Validation(Renderer(RenderOptions(jobs=2)), ValidateOptions("1.35", ("default",)))
+    assert validation.worth_processes(validation.plan(targets))
+    one = trainops("validate", "--no-cache", "-j", "1", "--format", "json", str(tmp_path))
+    two = trainops("validate", "--no-cache", "-j", "2", "--format", "json", str(tmp_path))
+    assert one.code == two.code == 1
+    assert json.loads(one.out) == json.loads(two.out)
+    assert json.loads(two.out)["summary"]["errors"] == files

@@ -39,6 +39,12 @@ def build_workspace(copies: int) -> Path:
             # the copies as one overlay rendered many times.
             for path in copy.rglob("*.yaml"):
                 path.write_text(path.read_text() + f"# bench copy {index}\n")
+    point_remotes_at_mirror(work)
+    return work
+
+
+def point_remotes_at_mirror(work: Path) -> None:
+    """Replace the operators' remote bases with their copies in the mirror."""
     operators = work / "base" / "operators"
     (operators / "training-operator" / "kustomization.yaml").write_text(
         (operators / "training-operator" / "kustomization.yaml")
@@ -61,7 +67,6 @@ def build_workspace(copies: int) -> Path:
             thick.name,
         )
     )
-    return work
 
 
 def overlay_dirs(work: Path) -> list[Path]:

@@ -18,6 +18,9 @@ class InputError(Exception):
         self.file = file
         self.line = line
 
+    def __reduce__(self):  # keep file and line when sent between processes
+        return type(self), (self.message, self.file, self.line)
+
     def __str__(self) -> str:
         where = self.file or ""
         if where and self.line:

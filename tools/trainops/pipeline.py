@@ -1,95 +1,44 @@
-"""`trainops validate`: render -> schema check -> policy checks -> one Report.
+"""`trainops validate` as four steps: plan -> render -> check -> report.
 
-Each target's result is cached under a key made of its inputs' content key
-and everything else that decides the outcome (schemas, Kubernetes version,
-options), so an unchanged overlay is neither rendered nor parsed again.
+- plan: every target's inputs and content key, its cluster (profile and the platform
+  overlay its rules need), and the cache key of its result, before anything renders;
+- render: kustomize builds (content-keyed cache, remote bases from the mirror);
+- check: schema, API and policy checks of one target, a pure function of its render,
+  its platform's documents and its profile;
+- report: a `Report` (trainops.report) that reporters turn into text, JSON, JUnit...
+
+Unchanged targets come from the cache without rendering. The others are validated in
+this process, renders in parallel threads, when the work is small; when it is big and
+more than one job is allowed, groups of targets (a cluster's platform with its runs
+and templates, or a batch of plain files) go to a pool of processes, each rendering
+and checking its group, so that Python's checks use every core too.
 """
 
 from __future__ import annotations
 
-import json
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from datetime import date
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from trainops.cache import Cache, FileHasher, code_fingerprint, digest
 from trainops.errors import InputError
-from trainops.model import ERROR, INFO, WARNING, Document, Finding, Target
+from trainops.model import Document, Target
 from trainops.policy.engine import Context, PolicySettings, evaluate
 from trainops.policy.settings import load_pack, load_settings
 from trainops.render.discover import display_path
-from trainops.render.engine import Plan, Renderer, RenderResult
+from trainops.render.engine import Plan, Renderer, RenderOptions, RenderResult
+from trainops.report import SKIPPED, Report, ResourceResult, TargetReport
 from trainops.schema.check import check_document
 from trainops.schema.registry import SchemaRegistry, minor_version
 
-VALID, INVALID, SKIPPED = "valid", "invalid", "skipped"
-
-
-@dataclass
-class ResourceResult:
-    resource: str
-    api_version: str
-    kind: str
-    name: str
-    namespace: str
-    location: str
-    status: str
-
-
-@dataclass
-class TargetReport:
-    target: Target
-    resources: list[ResourceResult]
-    findings: list[Finding]
-
-    def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "resources": [asdict(r) for r in self.resources],
-                "findings": [f.to_cache() for f in self.findings],
-            }
-        ).encode()
-
-    @classmethod
-    def from_json(cls, target: Target, data: bytes) -> TargetReport:
-        entry = json.loads(data)
-        return cls(
-            target,
-            [ResourceResult(**r) for r in entry["resources"]],
-            [Finding.from_cache(f) for f in entry["findings"]],
-        )
-
-
-@dataclass
-class Report:
-    targets: list[TargetReport] = field(default_factory=list)
-
-    @property
-    def findings(self) -> list[Finding]:
-        return [f for t in self.targets for f in t.findings]
-
-    def count(self, severity: str) -> int:
-        return sum(1 for f in self.findings if f.severity == severity)
-
-    @property
-    def resource_count(self) -> int:
-        return sum(len(t.resources) for t in self.targets)
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.count(ERROR) else 0
-
-    def summary(self) -> dict[str, int]:
-        return {
-            "targets": len(self.targets),
-            "resources": self.resource_count,
-            "errors": self.count(ERROR),
-            "warnings": self.count(WARNING),
-            "info": self.count(INFO),
-        }
+# Work units (a kustomization, or 256 KiB of plain YAML) below which starting worker
+# processes costs more than it saves.
+PARALLEL_MIN_UNITS = 64
+FILE_UNIT_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -109,16 +58,29 @@ class ValidateOptions:
 
 
 @dataclass
-class ClusterContext:
-    """The cluster a target belongs to: its profile and, unless the target is the
-    cluster's platform overlay itself, the platform's plan (for cross-references)."""
+class Job:
+    """One target to validate, planned: what it renders, its cluster, its result's key.
 
-    profile: Any | None = None
-    platform: Plan | None = None
+    `platform` is the plan of the cluster's platform overlay when the target is a run
+    or template inside a cluster (its rules look the platform's objects up).
+    """
+
+    plan: Plan
+    profile: Any | None
+    platform: Plan | None
+    key: str
+
+
+class Progress(Protocol):
+    """Told the number of targets, then how many more have been validated."""
+
+    def start(self, total: int) -> None: ...
+
+    def advance(self, count: int) -> None: ...
 
 
 class Validation:
-    """Validates targets; one instance per command invocation."""
+    """Validates targets; one instance per command invocation (and per worker process)."""
 
     def __init__(self, renderer: Renderer, options: ValidateOptions, cache: Cache | None = None):
         self.renderer = renderer
@@ -143,12 +105,9 @@ class Validation:
     @cached_property
     def fingerprint(self) -> str:
         """Everything besides the inputs that decides a target's findings."""
-        import kubernetes_validate
-
         hasher = FileHasher()
         parts = [
             code_fingerprint(),
-            getattr(kubernetes_validate, "__version__", ""),
             minor_version(self.options.kubernetes_version),
             repr(self.options),
             date.today().isoformat(),  # exemptions expire by date
@@ -168,24 +127,25 @@ class Validation:
             parts += [hasher(config)]
         return digest(*parts)
 
-    def run(self, targets: list[Target]) -> Report:
-        plans = self.renderer.plan(targets)
-        clusters = self._cluster_contexts(plans)
-        keys = [
-            digest(
-                plan.key,
-                cluster.platform.key if cluster.platform else "",
-                self.fingerprint,
-            )
-            for plan, cluster in zip(plans, clusters, strict=True)
-        ]
+    def run(self, targets: list[Target], progress: Progress | None = None) -> Report:
+        jobs = self.plan(targets)
+        if progress is not None:
+            progress.start(len(jobs))
         reports: list[TargetReport | None] = []
-        for plan, key in zip(plans, keys, strict=True):
-            cached = self.cache.get("validate", key)
-            reports.append(TargetReport.from_json(plan.target, cached) if cached else None)
+        for job in jobs:
+            cached = self.cache.get("validate", job.key)
+            reports.append(_from_cache(job.plan.target, cached) if cached else None)
         missing = [i for i, report in enumerate(reports) if report is None]
+        if progress is not None and len(missing) < len(jobs):
+            progress.advance(len(jobs) - len(missing))
         if missing:
-            self._validate_missing(plans, clusters, keys, reports, missing)
+            todo = [jobs[i] for i in missing]
+            if self.worth_processes(todo):
+                done = self._validate_in_processes(todo, progress)
+            else:
+                done = self.validate_jobs(todo, progress)
+            for i, report in zip(missing, done, strict=True):
+                reports[i] = report
         result = [r for r in reports if r is not None]
         if self.policy_settings is not None and self.policy_settings.problems:
             config = self.options.policy_config
@@ -193,72 +153,84 @@ class Validation:
             result.append(TargetReport(target, [], list(self.policy_settings.problems)))
         return Report(result)
 
-    def _cluster_contexts(self, plans: list[Plan]) -> list[ClusterContext]:
-        """Profile and platform plan for every target inside a cluster overlay."""
+    # -- plan ---------------------------------------------------------------------------
+
+    def plan(self, targets: list[Target]) -> list[Job]:
+        """Inputs, cluster and cache key of every target; nothing is rendered."""
         from trainops.profile.model import load_profile
 
-        contexts: list[ClusterContext] = []
-        profiles: dict[Path, Any] = {}
-        platforms: dict[Path, Plan] = {}
+        plans = self.renderer.plan(targets)
         own = {Path(p.target.path).resolve(): p for p in plans if p.target.kind == "kustomization"}
-        needed: list[Path] = []
-        for plan in plans:
-            directory = _cluster_dir(plan.target)
-            if directory is None:
-                contexts.append(ClusterContext())
-                continue
-            if directory not in profiles:
-                profiles[directory] = load_profile(directory / "cluster.yaml")
-            if directory != Path(plan.target.path).resolve() and directory not in own:
-                needed.append(directory)
-            contexts.append(ClusterContext(profiles[directory]))
+        clusters = [_cluster_dir(plan.target) for plan in plans]
+        needed = [
+            directory
+            for plan, directory in zip(plans, clusters, strict=True)
+            if directory is not None
+            and directory != Path(plan.target.path).resolve()
+            and directory not in own
+        ]
         extra = self.renderer.plan(
             [Target("kustomization", display_path(d)) for d in dict.fromkeys(needed)]
         )
-        platforms.update(own)
-        platforms.update({Path(p.target.path).resolve(): p for p in extra})
-        for plan, context in zip(plans, contexts, strict=True):
-            directory = _cluster_dir(plan.target)
+        platforms = {**own, **{Path(p.target.path).resolve(): p for p in extra}}
+        profiles = {d: load_profile(d / "cluster.yaml") for d in dict.fromkeys(clusters) if d}
+        jobs = []
+        for plan, directory in zip(plans, clusters, strict=True):
+            platform = None
             if directory is not None and directory != Path(plan.target.path).resolve():
-                context.platform = platforms[directory]
-        return contexts
+                platform = platforms[directory]
+            # The target's path is part of the key: two files with the same content
+            # must each be reported under their own name.
+            key = digest(
+                plan.key,
+                plan.target.kind,
+                plan.target.path,
+                platform.key if platform else "",
+                self.fingerprint,
+            )
+            jobs.append(Job(plan, profiles.get(directory), platform, key))
+        return jobs
 
-    def _validate_missing(
-        self,
-        plans: list[Plan],
-        clusters: list[ClusterContext],
-        keys: list[str],
-        reports: list[TargetReport | None],
-        missing: list[int],
-    ) -> None:
+    # -- render and check -----------------------------------------------------------------
+
+    def validate_jobs(
+        self, jobs: list[Job], progress: Progress | None = None
+    ) -> list[TargetReport]:
+        """Render (threads) and check (this process) each job; cache each result.
+
+        Raises the first InputError in job order, after every render has finished.
+        """
         first_error: InputError | None = None
-        platform_docs: dict[str, list[Document]] = {}
+        reports: list[TargetReport] = []
+        platforms: dict[str, list[Document]] = {}
         with ThreadPoolExecutor(max_workers=self.renderer.jobs) as pool:
-            futures = {i: pool.submit(self.renderer.render_plan, plans[i]) for i in missing}
-            by_key = {plans[i].key: futures[i] for i in missing}
-            for i in missing:
+            futures = [pool.submit(self.renderer.render_plan, job.plan) for job in jobs]
+            rendering = {job.plan.key: future for job, future in zip(jobs, futures, strict=True)}
+            for job, future in zip(jobs, futures, strict=True):
                 try:
-                    result = futures[i].result()
-                    platform = self._platform_documents(clusters[i], platform_docs, by_key)
+                    result = future.result()
+                    platform = self._platform_documents(job.platform, platforms, rendering)
                 except InputError as exc:
                     first_error = first_error or exc
                     continue
                 if first_error is None:
-                    report = self.check(result, platform, clusters[i].profile)
-                    reports[i] = report
-                    self.cache.put("validate", keys[i], report.to_json())
+                    report = self.check(result, platform, job.profile)
+                    reports.append(report)
+                    self.cache.put("validate", job.key, report.to_json())
+                    if progress is not None:
+                        progress.advance(1)
         if first_error is not None:
             raise first_error
+        return reports
 
     def _platform_documents(
-        self, cluster: ClusterContext, memo: dict[str, list[Document]], rendering: dict
+        self, plan: Plan | None, memo: dict[str, list[Document]], rendering: dict
     ) -> list[Document]:
         """The platform's documents without its CRDs (rules never need those)."""
-        plan = cluster.platform
         if plan is None or self.policy_settings is None:
             return []
         if plan.key not in memo:
-            memo.clear()  # targets arrive grouped by cluster: keep one platform in memory
+            memo.clear()  # jobs arrive grouped by cluster: keep one platform in memory
             if plan.key in rendering:  # being rendered as a target already
                 result = rendering[plan.key].result()
             else:
@@ -274,6 +246,7 @@ class Validation:
         platform: list[Document] | None = None,
         profile: Any | None = None,
     ) -> TargetReport:
+        """Every finding of one rendered target: schema, API and policy checks."""
         resources: list[ResourceResult] = []
         findings = list(result.findings)
         for doc in result.documents:
@@ -309,6 +282,88 @@ class Validation:
             )
             findings.extend(evaluate(context, self.policy_settings))
         return TargetReport(result.target, resources, findings)
+
+    # -- processes --------------------------------------------------------------------------
+
+    def worth_processes(self, jobs: list[Job]) -> bool:
+        """Whether `jobs` are enough work to pay for starting worker processes."""
+        if self.renderer.jobs < 2 or len(jobs) < 2:
+            return False
+        units = sum(
+            1 if job.plan.inputs is not None else len(job.plan.text or "") / FILE_UNIT_BYTES
+            for job in jobs
+        )
+        return units >= PARALLEL_MIN_UNITS
+
+    def _validate_in_processes(
+        self, jobs: list[Job], progress: Progress | None
+    ) -> list[TargetReport]:
+        """Validate groups of jobs in worker processes; results in job order."""
+        groups = _groups(jobs, self.renderer.jobs)
+        position = {id(job): i for i, job in enumerate(jobs)}
+        reports: list[TargetReport | None] = [None] * len(jobs)
+        errors: dict[int, InputError] = {}
+        settings = (self.renderer.options, self.cache.root, self.options)
+        context = multiprocessing.get_context("spawn")
+        workers = min(self.renderer.jobs, len(groups))
+        with ProcessPoolExecutor(workers, context, _start_worker, settings) as pool:
+            futures = {pool.submit(_validate_group, group): group for group in groups}
+            for future in as_completed(futures):
+                group = futures[future]
+                try:
+                    done = future.result()
+                except InputError as exc:
+                    errors[min(position[id(job)] for job in group)] = exc
+                    continue
+                for job, report in zip(group, done, strict=True):
+                    reports[position[id(job)]] = report
+                if progress is not None:
+                    progress.advance(len(group))
+        if errors:
+            raise errors[min(errors)]
+        return [r for r in reports if r is not None]
+
+
+def _groups(jobs: list[Job], workers: int) -> list[list[Job]]:
+    """Jobs in groups for the workers: a cluster's targets together (they share one
+    platform render); other targets in batches, several per worker to balance the load."""
+    clusters: dict[str, list[Job]] = {}
+    loose: list[Job] = []
+    for job in jobs:
+        if job.platform is not None:
+            clusters.setdefault(job.platform.key, []).append(job)
+        elif job.plan.inputs is not None and job.profile is not None:
+            clusters.setdefault(job.plan.key, []).append(job)  # a platform overlay itself
+        else:
+            loose.append(job)
+    size = max(1, len(loose) // (workers * 4))
+    batches = [loose[i : i + size] for i in range(0, len(loose), size)]
+    return sorted([*clusters.values(), *batches], key=len, reverse=True)
+
+
+_WORKER: Validation | None = None
+
+
+def _start_worker(
+    render_options: RenderOptions, cache_root: Path | None, options: ValidateOptions
+) -> None:
+    global _WORKER
+    single = RenderOptions(**{**render_options.__dict__, "jobs": 1})
+    cache = Cache(cache_root)
+    _WORKER = Validation(Renderer(single, cache), options, cache)
+
+
+def _validate_group(jobs: list[Job]) -> list[TargetReport]:
+    assert _WORKER is not None
+    return _WORKER.validate_jobs(jobs)
+
+
+def _from_cache(target: Target, data: bytes) -> TargetReport | None:
+    """A cached result, or None (a miss) when the entry cannot be read."""
+    try:
+        return TargetReport.from_json(target, data)
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def _cluster_dir(target: Target) -> Path | None:

@@ -7,8 +7,12 @@ from pathlib import Path
 import click
 
 from trainops.cli.common import emit, find_targets, make_renderer, project_config, render_options
+from trainops.model import ERROR, SEVERITIES
 from trainops.output import FORMATS, reporter
+from trainops.output.progress import ProgressLine
+from trainops.output.text import render as text_report
 from trainops.pipeline import ValidateOptions, Validation
+from trainops.report import summary_line
 from trainops.schema.registry import DEFAULT_KUBERNETES_VERSION, crd_location
 
 
@@ -81,6 +85,26 @@ from trainops.schema.registry import DEFAULT_KUBERNETES_VERSION, crd_location
     type=click.Path(dir_okay=False, path_type=Path),
     help="Severity overrides and exemptions (default: config.yaml of the policy pack).",
 )
+@click.option(
+    "--fail-on",
+    type=click.Choice(SEVERITIES),
+    default=ERROR,
+    show_default=True,
+    help="Lowest severity that makes the exit code 1 (warning: warnings fail the run too).",
+)
+@click.option(
+    "--show-info",
+    "-v",
+    "show_info",
+    is_flag=True,
+    help="Text format: also print info findings (by default only counted in the summary).",
+)
+@click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="Text format: print only the summary line.",
+)
 def validate(
     paths,
     jobs,
@@ -99,6 +123,9 @@ def validate(
     skip_api_checks,
     policies,
     policy_config,
+    fail_on,
+    show_info,
+    quiet,
 ):
     """Render PATHS (default: overlays/) and check every resource.
 
@@ -113,8 +140,14 @@ def validate(
     templates inside a cluster overlay are checked together with that cluster's
     platform (its networks, volumes and queues).
 
-    Exit codes: 0 clean (warnings allowed), 1 error findings, 2 unreadable
-    input (bad YAML, missing path, kustomize failure), reported on one line.
+    Text output lists errors and warnings with their fixes and ends with one
+    summary line counting every severity; --show-info adds the info findings,
+    --quiet keeps only the summary. JSON, JUnit and SARIF carry every finding.
+    On a terminal, a run longer than two seconds shows a progress line on stderr.
+
+    Exit codes: 0 clean (warnings allowed unless --fail-on warning), 1 findings
+    at or above --fail-on, 2 unreadable input (bad YAML, missing path, kustomize
+    failure), reported on one line.
     """
     config = project_config()
     renderer, cache = make_renderer(
@@ -137,18 +170,19 @@ def validate(
         if policies and config.policy_pack
         else None,
     )
-    report = Validation(renderer, options, cache).run(find_targets(paths, config))
-    render_report = reporter(fmt)
-    if fmt == "text" and output is None:
-        text = render_report(report, colour=click.get_text_stream("stdout").isatty())
+    progress = ProgressLine() if ProgressLine.wanted() else None
+    try:
+        report = Validation(renderer, options, cache).run(find_targets(paths, config), progress)
+    finally:
+        if progress is not None:
+            progress.close()
+    report.fail_on = fail_on
+    if fmt == "text":
+        colour = output is None and click.get_text_stream("stdout").isatty()
+        text = text_report(report, colour=colour, show_info=show_info, quiet=quiet)
     else:
-        text = render_report(report)
+        text = reporter(fmt)(report)
     emit(text, output)
     if output is not None:
-        summary = report.summary()
-        click.echo(
-            f"trainops: {summary['resources']} resources in {summary['targets']} targets: "
-            f"{summary['errors']} errors, {summary['warnings']} warnings -> {output}",
-            err=True,
-        )
+        click.echo(f"trainops: {summary_line(report)} -> {output}", err=True)
     raise SystemExit(report.exit_code)

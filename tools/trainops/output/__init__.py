@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from trainops.pipeline import Report
+from trainops.report import Report
 
 FORMATS = ("text", "json", "junit", "sarif")
 

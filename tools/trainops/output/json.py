@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from trainops.pipeline import Report
+from trainops.report import Report
 
 
 def render(report: Report) -> str:

@@ -1,7 +1,8 @@
 """JUnit XML: a testsuite per overlay or file, a testcase per resource.
 
-Error findings become failures; warnings and info go to the testcase's
-system-out so CI viewers show them without failing the build. Findings about
+Findings that fail the run (errors, or warnings too with --fail-on warning)
+become failures; the others go to the testcase's system-out so CI viewers show
+them without failing the build. Findings about
 the render itself (not a resource) get a testcase of their own.
 """
 
@@ -10,8 +11,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-from trainops.model import ERROR, Finding
-from trainops.pipeline import SKIPPED, Report
+from trainops.model import Finding
+from trainops.report import SKIPPED, Report
 
 RENDER_CASE = "(render)"
 
@@ -33,8 +34,8 @@ def render(report: Report) -> str:
         for name, classname, status in cases:
             case = ET.SubElement(suite, "testcase", name=name, classname=classname)
             findings = by_resource.pop(name, [])
-            errors = [f for f in findings if f.severity == ERROR]
-            others = [f for f in findings if f.severity != ERROR]
+            errors = [f for f in findings if report.fails(f)]
+            others = [f for f in findings if not report.fails(f)]
             if errors:
                 failures += 1
                 failure = ET.SubElement(

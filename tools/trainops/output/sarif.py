@@ -11,8 +11,8 @@ from pathlib import Path
 
 from trainops import __version__
 from trainops.model import ERROR, WARNING, Finding
-from trainops.pipeline import Report
 from trainops.render.discover import kustomization_file
+from trainops.report import Report
 from trainops.rules import catalog
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"

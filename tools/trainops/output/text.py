@@ -1,18 +1,27 @@
-"""Human-readable report: one line per finding, its fix below, a summary last."""
+"""Human-readable report: errors and warnings with their fixes, then one summary line.
+
+Info findings (what is right, or only worth knowing) are counted in the summary and
+shown with `--show-info`; `--quiet` prints the summary line alone. Like kubeconform
+and kube-linter, a clean run prints one line.
+"""
 
 from __future__ import annotations
 
 import click
 
-from trainops.model import ERROR, WARNING
-from trainops.pipeline import Report
+from trainops.model import ERROR, INFO, WARNING
+from trainops.report import Report, summary_line
 
 _COLOURS = {ERROR: "red", WARNING: "yellow"}
 
 
-def render(report: Report, colour: bool = False) -> str:
+def render(
+    report: Report, colour: bool = False, show_info: bool = False, quiet: bool = False
+) -> str:
     lines = []
-    for finding in report.findings:
+    for finding in [] if quiet else report.findings:
+        if finding.severity == INFO and not show_info:
+            continue
         severity = finding.severity
         if colour:
             severity = click.style(severity, fg=_COLOURS.get(severity, "cyan"), bold=True)
@@ -21,15 +30,6 @@ def render(report: Report, colour: bool = False) -> str:
         lines.append(f"{finding.location}: {severity}: {subject}{finding.message} [{finding.rule}]")
         if finding.fix:
             lines.append(f"    fix: {finding.fix}")
-    summary = report.summary()
-    lines.append(
-        f"{summary['targets']} target{_s(summary['targets'])}, "
-        f"{summary['resources']} resource{_s(summary['resources'])}: "
-        f"{summary['errors']} error{_s(summary['errors'])}, "
-        f"{summary['warnings']} warning{_s(summary['warnings'])}, {summary['info']} info"
-    )
+    hidden = report.count(INFO) if not show_info and not quiet else 0
+    lines.append(summary_line(report) + (" (shown with --show-info)" if hidden else ""))
     return "\n".join(lines) + "\n"
-
-
-def _s(count: int) -> str:
-    return "" if count == 1 else "s"

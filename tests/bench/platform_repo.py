@@ -1,0 +1,71 @@
+"""A synthetic platform repository: many clusters, each with many runs.
+
+Written with the same generators `trainops new-cluster` and `trainops new-run` use,
+so the benchmark validates exactly what users' repositories hold: a mix of fabrics
+(tcp, roce, ib), schedulers and run templates. Remote bases point at the offline
+mirror (as tests/bench/validate_bench.py does) so that the peer pipeline renders the
+same input without network.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from tests.bench.validate_bench import point_remotes_at_mirror
+from tests.support import REPO
+from trainops.profile.runs import TEMPLATES
+from trainops.profile.writer import write_cluster, write_run
+
+FABRICS = (
+    {"fabric": "tcp", "nic": "eth0"},
+    {
+        "fabric": "roce",
+        "hca": ["mlx5_0", "mlx5_1"],
+        "gidIndex": 3,
+        "rdmaResource": "nvidia.com/roce_vf",
+    },
+    {"fabric": "ib", "hca": ["mlx5_0", "mlx5_1"], "rdmaResource": "nvidia.com/ib_vf"},
+)
+SCHEDULERS = ("default", "kueue", "volcano")
+
+
+def cluster_values(index: int) -> dict:
+    return {
+        **FABRICS[index % len(FABRICS)],
+        "gpusPerNode": 8,
+        "nodes": 4 + index % 5,
+        "storageClass": "cephfs",
+        "scheduler": SCHEDULERS[index % len(SCHEDULERS)],
+        "gpuProduct": "NVIDIA-H100-80GB-HBM3",
+        "image": f"registry.example.com/trainops-trainer:0.{index}.0",
+    }
+
+
+def build(clusters: int, runs: int) -> Path:
+    """A temporary repository with `clusters` overlays of `runs` runs each; caller removes it."""
+    root = Path(tempfile.mkdtemp(prefix="trainops-platform-repo-"))
+    for name in ("base", "schemas", "policies", "argocd"):
+        shutil.copytree(REPO / name, root / name)
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    (root / "overlays").mkdir()
+    point_remotes_at_mirror(root)
+    templates = sorted(TEMPLATES)
+    for index in range(clusters):
+        name = f"gpu-{index:03d}"
+        write_cluster(root, name, cluster_values(index), force=False)
+        for number in range(runs):
+            template = templates[number % len(templates)]
+            args = ["--model", "gpt", "--max-steps", str(1000 + number)]
+            write_run(root, name, f"run-{number:03d}", template, 2, None, args, force=False)
+    return root
+
+
+def kustomizations(root: Path) -> list[Path]:
+    """Every overlay and run directory (what the peer renders one at a time)."""
+    return sorted(
+        p.parent
+        for p in (root / "overlays").rglob("kustomization.yaml")
+        if "kind: Component" not in p.read_text()
+    )

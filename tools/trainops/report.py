@@ -1,0 +1,97 @@
+"""What `trainops validate` found: per-target results, the whole report, its summary.
+
+Reporters (output/) and the CLI read these types only; they never see the
+pipeline that produced them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from trainops.model import ERROR, INFO, SEVERITIES, WARNING, Finding, Target
+
+VALID, INVALID, SKIPPED = "valid", "invalid", "skipped"
+
+
+@dataclass
+class ResourceResult:
+    resource: str
+    api_version: str
+    kind: str
+    name: str
+    namespace: str
+    location: str
+    status: str
+
+
+@dataclass
+class TargetReport:
+    target: Target
+    resources: list[ResourceResult]
+    findings: list[Finding]
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "resources": [asdict(r) for r in self.resources],
+                "findings": [f.to_cache() for f in self.findings],
+            }
+        ).encode()
+
+    @classmethod
+    def from_json(cls, target: Target, data: bytes) -> TargetReport:
+        entry = json.loads(data)
+        return cls(
+            target,
+            [ResourceResult(**r) for r in entry["resources"]],
+            [Finding.from_cache(f) for f in entry["findings"]],
+        )
+
+
+@dataclass
+class Report:
+    targets: list[TargetReport] = field(default_factory=list)
+    fail_on: str = ERROR  # the lowest severity that makes the exit code 1
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for t in self.targets for f in t.findings]
+
+    def count(self, severity: str) -> int:
+        return sum(1 for t in self.targets for f in t.findings if f.severity == severity)
+
+    @property
+    def resource_count(self) -> int:
+        return sum(len(t.resources) for t in self.targets)
+
+    def fails(self, finding: Finding) -> bool:
+        """Whether this finding makes the run fail (its severity reaches `fail_on`)."""
+        return SEVERITIES.index(finding.severity) <= SEVERITIES.index(self.fail_on)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(self.fails(f) for t in self.targets for f in t.findings) else 0
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "targets": len(self.targets),
+            "resources": self.resource_count,
+            "errors": self.count(ERROR),
+            "warnings": self.count(WARNING),
+            "info": self.count(INFO),
+        }
+
+
+def summary_line(report: Report) -> str:
+    """One sentence with every count, the same wherever trainops prints it."""
+    summary = report.summary()
+    return (
+        f"{_count(summary['targets'], 'target')}, {_count(summary['resources'], 'resource')}: "
+        f"{_count(summary['errors'], 'error')}, {_count(summary['warnings'], 'warning')}, "
+        f"{summary['info']} info"
+    )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
