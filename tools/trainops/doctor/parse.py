@@ -1,0 +1,81 @@
+"""Sources into events: each line cleaned, read by the NCCL, PyTorch and node parsers, and
+tagged with its source, line number, process, rank and attempt.
+
+A process is NCCL's `host:pid`, or the rank PyTorch or the launcher named. In pods pid 1
+is the rule, so a restarted container's earlier run cannot be told apart by pid: an
+attempt ends where a new one visibly starts (torchrun restarting its workers, or a
+process printing its once-per-process NCCL lines again), and a source named
+`... (previous)` (`doctor job` fetches the previous container's log) is an earlier attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from trainops.doctor import events as ev
+from trainops.doctor import flight_recorder, nccl_messages, node_messages, torch_messages
+from trainops.doctor.events import Event, ProcessKey
+from trainops.doctor.limits import MAX_PROCESSES
+from trainops.doctor.lines import clean, nccl_header
+from trainops.doctor.sources import FlightRecorderDump, LogStream, Source
+from trainops.errors import InputError
+
+PREVIOUS = "(previous)"
+TEXT_LIMIT = 300
+_ONCE_PER_PROCESS = (ev.DRIVER, ev.BOOTSTRAP_IFS)
+_RESTART_MARKERS = ("will restart worker group", "Restarting worker group")
+
+
+def parse(sources: Iterable[Source]) -> list[Event]:
+    found: list[Event] = []
+    processes: set[ProcessKey] = set()
+    for source in sources:
+        if isinstance(source, FlightRecorderDump):
+            found += flight_recorder.read(source)
+        else:
+            for event in _stream(source):
+                if event.process is not None and event.process not in processes:
+                    processes.add(event.process)
+                    if len(processes) > MAX_PROCESSES:
+                        raise InputError(
+                            f"more than {MAX_PROCESSES} processes in the logs", event.source
+                        )
+                found.append(event)
+    return found
+
+
+def _stream(source: LogStream) -> Iterator[Event]:
+    attempt = 0 if source.name.endswith(PREVIOUS) else 1
+    once: set[tuple[ProcessKey, str]] = set()
+    for number, raw in enumerate(source.open_lines(), 1):
+        line = clean(raw)
+        text = line.text
+        if not text.strip():
+            continue
+        header = nccl_header(text)
+        facts = nccl_messages.read(header.message if header else text.strip(), header)
+        if header is None:
+            facts += torch_messages.read(text.strip()) + node_messages.read(text)
+        if any(marker in text for marker in _RESTART_MARKERS):
+            attempt += 1
+            once.clear()
+        if not facts:
+            continue
+        process = None
+        if header is not None and header.host is not None:
+            process = ProcessKey(header.host, header.pid)
+        rank = line.rank
+        for kind, fields in facts:
+            if rank is None and isinstance(fields.get("rank"), int) and kind != ev.COMM:
+                rank = fields["rank"]
+            if process is not None and kind in _ONCE_PER_PROCESS:
+                if (process, kind) in once:
+                    attempt += 1
+                    once.clear()
+                once.add((process, kind))
+        if process is None and rank is not None:
+            process = ProcessKey(None, None, rank)
+        shown = text.strip()
+        shown = shown if len(shown) <= TEXT_LIMIT else shown[:TEXT_LIMIT] + "..."
+        for kind, fields in facts:
+            yield Event(kind, source.name, number, shown, attempt, process, rank, fields)
