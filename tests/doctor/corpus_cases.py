@@ -3,8 +3,11 @@
 Each file has a header (`source:` link, `diagnosis:` the thread's conclusion in our
 words, `outcome:` failed or degraded, `expect:` the finding id that names that cause,
 optionally `also:` other findings that are true but not the cause, `command:` nccl or
-nccl-tests, `miss:` why the doctor does not name the cause when it does not), a `---`
-line, then the log lines as the thread pasted them, trimmed to the relevant part.
+nccl-tests, `cue:` a phrase the expected finding's message must contain to count as
+naming the cause, `set:` development (collected while the checks were written) or
+held-out (collected after, to measure them), `miss:` why the doctor does not name the
+cause when it does not), a `---` line, then the log lines as the thread pasted them,
+trimmed to the relevant part.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from trainops.doctor.sources import memory_stream
 from trainops.model import ERROR, WARNING
 
 CORPUS = Path(__file__).parent / "corpus"
-FIELDS = ("source", "diagnosis", "outcome", "expect", "also", "command", "miss")
+FIELDS = ("source", "diagnosis", "outcome", "set", "expect", "cue", "also", "command", "miss")
 
 
 @dataclass
@@ -32,6 +35,8 @@ class Case:
     lines: list[str]
     also: set[str] = field(default_factory=set)
     command: str = "nccl"
+    cue: str | None = None
+    set: str = "development"
     miss: str | None = None
 
     @property
@@ -56,6 +61,8 @@ def load(path: Path) -> Case:
         lines=body.splitlines(),
         also=set(values.get("also", "").split()),
         command=values.get("command", "nccl"),
+        cue=values.get("cue"),
+        set=values.get("set", "development"),
         miss=values.get("miss"),
     )
 
@@ -68,16 +75,24 @@ def cases() -> list[Case]:
 class Answer:
     """What the doctor said about one case."""
 
-    rules: list[str]  # every finding id, in report order
+    findings: list[tuple[str, str]]  # (id, message) of every finding, in report order
     serious: list[tuple[str, str]]  # (id, message) of error and warning findings
     says_no_problems: bool
 
+    @property
+    def rules(self) -> list[str]:
+        return [rule for rule, _ in self.findings]
+
     def named(self, case: Case) -> bool:
-        return case.expect in self.rules
+        """The expected finding is there and, with a cue, its message carries it."""
+        messages = [message for rule, message in self.findings if rule == case.expect]
+        cue = (case.cue or "").lower()
+        return any(cue in message.lower() for message in messages)
 
     def wrong(self, case: Case) -> list[tuple[str, str]]:
-        """Error or warning findings that are neither the cause nor listed as true."""
-        allowed = {case.expect} | case.also
+        """Error or warning findings that are neither the cause nor listed as true; the
+        doctor saying it does not know (`failure-unrecognised`) is a miss, not wrong."""
+        allowed = {case.expect, "failure-unrecognised"} | case.also
         return [(rule, message) for rule, message in self.serious if rule not in allowed]
 
 
@@ -86,8 +101,9 @@ def answer(case: Case) -> Answer:
     if case.command == "nccl-tests":
         found = nccl_tests.analyse(nccl_tests.read_runs([stream]), None, 0.8)
         serious = [(f.rule, f.message) for f in found if f.severity in (ERROR, WARNING)]
-        return Answer([f.rule for f in found], serious, not found)
+        return Answer([(f.rule, f.message) for f in found], serious, not found)
     diagnosis = diagnose([stream], Expectation())
     findings = diagnosis.findings
     serious = [(f.rule, f.message) for f in findings if f.severity in (ERROR, WARNING)]
-    return Answer([f.rule for f in findings], serious, not serious and not diagnosis.failed)
+    everything = [(f.rule, f.message) for f in findings]
+    return Answer(everything, serious, not serious and not diagnosis.failed)

@@ -17,9 +17,9 @@ from trainops.doctor.events import Event
 from trainops.doctor.evidence import RankRecord
 from trainops.doctor.expectation import Expectation
 from trainops.model import ERROR, INFO, WARNING
-from trainops.rules import RuleInfo, register
+from trainops.rules import DOCTOR, RuleInfo, register
 
-CATEGORY = "doctor"
+CATEGORY = DOCTOR
 MAX_EVIDENCE = 5
 
 

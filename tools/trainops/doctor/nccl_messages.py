@@ -38,7 +38,7 @@ _DUPLICATE = Pattern(
     r".*?Duplicate GPU detected : rank (\d+) and rank (\d+) both on CUDA device (\S+)"
 )
 _CUDA = Pattern(r".*?(?:Cuda|CUDA) failure(?: (\d+))?(?: (\S+:\d+))? '([^']*)'?")
-_TEST_FAILURE = Pattern(r".*?Test NCCL failure (\S+:\d+) '?([^']*)")
+_TEST_FAILURE = Pattern(r".*?NCCL failure (\S+:\d+) '?([^']*)")
 _IPC = Pattern(r".*?failed to open CUDA IPC handle : (\d+) (.+)")
 _TRUNCATED = Pattern(r".*?(?:Message truncated|receiving|received) (\d+) bytes instead of (\d+)")
 _PEER = Pattern(r"([^<\s]+)<\d+>")
@@ -52,6 +52,14 @@ _TOPOLOGY = (
 # Warnings NCCL prints on healthy systems: no verbs library without IB, sysfs paths that
 # virtual interfaces lack.
 _BENIGN = ("Failed to open libibverbs", "Could not find real path")
+# NCCL found no IP interface it can use: none matched, or none of a usable address family
+# (a container without networking).
+_NO_INTERFACE = (
+    "no socket interface found",
+    "no NCCL_SOCKET_IFNAME interface",
+    "Socket creation failed : Address family not supported",
+    "No usable listening interface found",
+)
 _SHM = (
     "shared memory segment",
     "failed to extend /dev/shm",
@@ -170,7 +178,7 @@ def _failures(message: str, header: NcclHeader | None) -> list[tuple[str, dict]]
 
 
 def _sockets(message: str) -> list[tuple[str, dict]]:
-    if "no socket interface found" in message or "no NCCL_SOCKET_IFNAME interface" in message:
+    if any(marker in message for marker in _NO_INTERFACE):
         return [(ev.NO_INTERFACE, {"message": message})]
     if "is neither AF_INET" in message:
         return [(ev.BAD_ADDRESS_FAMILY, {"message": message})]
@@ -199,7 +207,7 @@ def _gpu(message: str, location: str | None) -> list[tuple[str, dict]]:
         return [
             (ev.CUDA_FAILURE, {"code": int(m.group(1)), "error": m.group(2), "location": location})
         ]
-    if "Test NCCL failure" in message and (m := _TEST_FAILURE.match(message)):
+    if "NCCL failure common" in message and (m := _TEST_FAILURE.match(message)):
         return [(ev.TESTS_FAILURE, {"message": m.group(2).strip(" /"), "location": m.group(1)})]
     if ("Cuda failure" in message or "CUDA failure" in message) and (m := _CUDA.match(message)):
         code = int(m.group(1)) if m.group(1) else None

@@ -64,9 +64,17 @@ _BIND = (
 )
 
 
+# DataLoader workers pass batches through /dev/shm; when it is full they die of SIGBUS.
+_SHARED_MEMORY = (
+    "insufficient shared memory (shm)",
+    "is killed by signal: Bus error",
+)
+
+
 def read(text: str) -> list[tuple[str, dict]]:
-    found = _watchdog(text) or _store(text) or _gloo(text) or _errors(text)
-    return found
+    if any(marker in text for marker in _SHARED_MEMORY):
+        return [(ev.SHM_FAILURE, {"message": text, "no_space": False, "dataloader": True})]
+    return _watchdog(text) or _store(text) or _gloo(text) or _errors(text)
 
 
 def _watchdog(text: str) -> list[tuple[str, dict]]:

@@ -266,12 +266,22 @@ def shm(ctx: Context) -> Iterator[Found]:
             f"{ctx.key('memoryPerPod')}); NCCL_SHM_DISABLE=1 is only a slower workaround."
         )
     space = " (no space left on device)" if any(e.fields.get("no_space") for e in failures) else ""
-    yield Found(
-        f"NCCL could not create its shared-memory segment in /dev/shm on {who(failures)}"
-        f"{space}: the container's /dev/shm is too small",
-        failures,
-        fix=fix,
-    )
+    nccl = [e for e in failures if not e.fields.get("dataloader")]
+    loader = [e for e in failures if e.fields.get("dataloader")]
+    if nccl:
+        yield Found(
+            f"NCCL could not create its shared-memory segment in /dev/shm on {who(nccl)}"
+            f"{space}: the container's /dev/shm is too small",
+            nccl,
+            fix=fix,
+        )
+    if loader:
+        yield Found(
+            f"DataLoader workers on {who(loader)} died of a bus error: the batches they pass "
+            "through /dev/shm do not fit, the container's /dev/shm is too small",
+            loader,
+            fix=fix,
+        )
 
 
 @check(

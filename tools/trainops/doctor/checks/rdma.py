@@ -111,10 +111,12 @@ def queue_pair(ctx: Context) -> Iterator[Found]:
         elif "no such device" in lower:
             name = device or "this HCA"
             meaning = (
-                f"{name} cannot be used from this process: the network interface behind its GID "
-                "is not in the container's network namespace or the HCA is unusable; exclude "
-                f"it with NCCL_IB_HCA=^{device or 'name'} (NCCL_IB_DISABLE=1 on a single node) "
-                "or give the pod that interface"
+                f"the GID NCCL selected on {name} has no usable address in this process: "
+                "NCCL_IB_GID_INDEX names a GID index that is missing or empty on this node "
+                "(GID tables differ between nodes and pods; read the index from show_gids on "
+                "each), or the interface behind the GID is not in the container's network "
+                "namespace; an HCA that cannot be used at all is excluded with "
+                f"NCCL_IB_HCA=^{device or 'name'} (NCCL_IB_DISABLE=1 on a single node)"
             )
         elif "invalid argument" in lower:
             meaning = (
