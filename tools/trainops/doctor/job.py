@@ -8,11 +8,11 @@ the previous run of restarted ones, go on to the NCCL analysis.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from trainops.doctor.findings import CATEGORY, DoctorFinding
+from trainops.doctor.limits import Pattern
 from trainops.errors import InputError
 from trainops.kube import Cluster, NotFound, items
 from trainops.model import ERROR, INFO, WARNING
@@ -143,7 +143,7 @@ def gather(cluster: Cluster, name: str, namespace: str) -> JobEvidence:
     return JobEvidence(name, namespace, _condition(cluster, name, namespace), pods, events, logs)
 
 
-_INSUFFICIENT = re.compile(r"Insufficient ([\w./-]+)")
+_INSUFFICIENT = Pattern(r"Insufficient ([\w./-]+)")
 
 
 POD_WHY = (

@@ -128,7 +128,7 @@ def _read_line(run: Run, text: str) -> None:
         elif m := _AVG.match(text):
             run.average = float(m.group(1))
         elif (m := _BOUNDS.match(text)) and m.group(2) != "OK":
-            run.wrong += int(m.group(1))
+            run.wrong = max(run.wrong, int(m.group(1)))  # the rows' #wrong, summed by the test
         return
     if any(marker in text for marker in _FAILURE_MARKERS):
         if len(run.failures) < 8:

@@ -157,7 +157,7 @@ def straggler(ctx: Context) -> Iterator[Found]:
                 f"rank{'s' if len(behind) > 1 else ''} {lagging} never reached collective "
                 f"#{target} ({op}) of process group {pg} that ranks "
                 f"{ranks_text(e.fields['rank'] for e in at_target)} wait in",
-                behind + at_target[:1],
+                behind,
             )
     work = ctx.of(ev.WATCHDOG_WORK)
     if work and not states:

@@ -68,7 +68,9 @@ def missing_ranks(ctx: Context) -> Iterator[Found]:
     missing = sorted(set(range(expected)) - seen)
     if missing:
         yield Found(
-            f"no NCCL communicator for ranks {ranks_text(missing)} of {expected}", ranks=missing
+            f"no NCCL communicator for rank{'s' if len(missing) > 1 else ''} "
+            f"{ranks_text(missing)} of {expected}",
+            ranks=missing,
         )
 
 
