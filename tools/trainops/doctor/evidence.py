@@ -147,7 +147,9 @@ class _Builder:
                 r.transport = "RoCE" if self.layers == {"ROCE"} else "IB"
             else:
                 r.transport = r.network
-        if self.net_channels:
+        if r.transport == "Socket":
+            r.gdr = None  # GPUDirect RDMA does not apply to TCP sockets
+        elif self.net_channels:
             r.gdr = self.gdr_channels == self.net_channels
         elif self.gdr_disabled:
             r.gdr = False

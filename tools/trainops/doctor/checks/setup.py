@@ -14,6 +14,11 @@ from trainops.doctor.findings import Context, Found, check, ranks_text, who
 from trainops.model import ERROR, INFO, WARNING
 
 
+def _lines(records: list[RankRecord], *kinds: str) -> list:
+    """The events of those kinds on those records: a finding's evidence."""
+    return [e for r in records for e in r.events if e.kind in kinds]
+
+
 def _who(records: list[RankRecord]) -> str:
     ranks = [r.rank for r in records if r.rank is not None]
     words = [("rank " if len(ranks) == 1 else "ranks ") + ranks_text(ranks)] if ranks else []
@@ -44,6 +49,7 @@ def world_size(ctx: Context) -> Iterator[Found]:
             fix += f", and check {ctx.key('nodes')} against the run's replicas"
         yield Found(
             f"ranks disagree on the world size: {detail}",
+            [next(e for e in _lines(rs, ev.COMM)) for rs in sizes.values()],
             ranks=[r.rank for r in ctx.records if r.rank is not None],
             fix=fix + ".",
         )
@@ -104,10 +110,10 @@ def init_incomplete(ctx: Context) -> Iterator[Found]:
         severity = ERROR
     else:
         message = (
-            f"{_who(stuck)} started NCCL init but never completed it and no rank completed "
-            "(init hangs, or the logs end before it completes)"
+            f"{_who(stuck)} started NCCL init and no rank logged its completion (init hangs, "
+            "or the logs end before it completes)"
         )
-        severity = WARNING
+        severity = INFO
     yield Found(
         message,
         ranks=[r.rank for r in stuck if r.rank is not None],
@@ -163,6 +169,7 @@ def socket_fallback(ctx: Context) -> Iterator[Found]:
             )
         yield Found(
             f"{_who(socket)} fell back to TCP sockets{why}{context}",
+            _lines(socket, ev.IB_MISSING, ev.IB_OPEN, ev.NETWORK),
             ranks=[r.rank for r in socket if r.rank is not None],
             fix=fix,
         )
@@ -246,6 +253,7 @@ def no_gdr(ctx: Context) -> Iterator[Found]:
     yield Found(
         f"{_who(without)} use {without[0].transport} without GPUDirect RDMA "
         "(network channels lack /GDRDMA): data is staged through host memory",
+        _lines(without, ev.CHANNEL),
         ranks=[r.rank for r in without if r.rank is not None],
         fix=fix,
         severity=severity,
@@ -310,6 +318,7 @@ def interface_mismatch(ctx: Context) -> Iterator[Found]:
             fix += f" ({ctx.key('network')}, {ctx.key('nic')})"
         yield Found(
             f"{r.label} bootstraps over {used}, not {wanted}",
+            _lines([r], ev.BOOTSTRAP_IFS, ev.SOCKET_IFS)[:1],
             ranks=[r.rank] if r.rank is not None else [],
             fix=fix + ".",
         )
