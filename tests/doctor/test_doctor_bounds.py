@@ -154,3 +154,14 @@ def test_mutated_corpus_lines_never_crash():
             lines.append(line)
         with contextlib.suppress(InputError):
             diagnose([memory_stream("fuzz", lines)], Expectation())
+
+
+def test_repeated_facts_are_kept_a_bounded_number_of_times():
+    line = (
+        "[rank0]:[E ProcessGroupNCCL.cpp:1] [Rank 0] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600001 "
+        "milliseconds"
+    )
+    channel = "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA"
+    events = parse.parse([memory_stream("repeat", [line, channel] * 20_000)])
+    assert len(events) == limits.MAX_ITEMS + 1

@@ -126,15 +126,21 @@ def diagnose(sources: Iterable[Source], expectation: Expectation) -> Diagnosis:
         for event in record.events:
             if event.rank is None:
                 event.rank = record.rank
-    attempts = sorted({e.attempt for e in events})
+    by_attempt: dict[int, list[Event]] = {}
+    for event in events:
+        by_attempt.setdefault(event.attempt, []).append(event)
+    records_by_attempt: dict[int, list[RankRecord]] = {}
+    for record in recs:
+        records_by_attempt.setdefault(record.attempt, []).append(record)
+    attempts = sorted(by_attempt)
     findings: list[DoctorFinding] = []
     any_failed = False
     for attempt in attempts:
-        chosen = [e for e in events if e.attempt == attempt]
+        chosen = by_attempt[attempt]
         ctx = Context(
             attempt,
             chosen,
-            [r for r in recs if r.attempt == attempt],
+            records_by_attempt.get(attempt, []),
             expectation,
             failed=failed(chosen),
         )

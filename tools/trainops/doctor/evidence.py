@@ -112,7 +112,7 @@ class _Builder:
         elif kind == ev.IB_MISSING:
             r.ib_missing = True
         elif kind == ev.CHANNEL and f["via"].startswith("NET/"):
-            self.net_channels += 1
+            self.net_channels += 1  # one per distinct path (parse keeps one of each)
             self.gdr_channels += "/GDRDMA" in f["via"]
         elif kind == ev.ENV:
             r.env[f["name"]] = f["value"]

@@ -54,9 +54,16 @@ class Context:
     records: list[RankRecord]
     expectation: Expectation
     failed: bool = False
+    _by_kind: dict[str, list[int]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for position, event in enumerate(self.events):
+            self._by_kind.setdefault(event.kind, []).append(position)
 
     def of(self, *kinds: str) -> list[Event]:
-        return [e for e in self.events if e.kind in kinds]
+        """Events of those kinds, in log order (an index, not a scan per check)."""
+        positions = sorted(p for kind in kinds for p in self._by_kind.get(kind, ()))
+        return [self.events[p] for p in positions]
 
     def key(self, name: str) -> str:
         """A profile key and its current value, for fixes when the overlay is known."""

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from trainops.doctor import events as ev
 from trainops.doctor import flight_recorder, nccl_messages, node_messages, torch_messages
 from trainops.doctor.events import Event, ProcessKey
-from trainops.doctor.limits import MAX_PROCESSES
+from trainops.doctor.limits import MAX_ITEMS, MAX_PROCESSES
 from trainops.doctor.lines import clean, nccl_header
 from trainops.doctor.sources import FlightRecorderDump, LogStream, Source
 from trainops.errors import InputError
@@ -26,20 +26,34 @@ _ONCE_PER_PROCESS = (ev.DRIVER, ev.BOOTSTRAP_IFS)
 _RESTART_MARKERS = ("will restart worker group", "Restarting worker group")
 
 
+def _key(event: Event) -> tuple:
+    """Facts kept per process: MAX_ITEMS of each kind, one per distinct channel path."""
+    detail = event.fields.get("via") if event.kind == ev.CHANNEL else None
+    return (event.attempt, event.process, event.kind, detail)
+
+
 def parse(sources: Iterable[Source]) -> list[Event]:
+    """Every fact, at most MAX_ITEMS of a kind per process, so memory stays bounded by the
+    number of processes (itself bounded) rather than by the length of the logs."""
     found: list[Event] = []
     processes: set[ProcessKey] = set()
+    kept: dict[tuple, int] = {}
     for source in sources:
         if isinstance(source, FlightRecorderDump):
             found += flight_recorder.read(source)
-        else:
-            for event in _stream(source):
-                if event.process is not None and event.process not in processes:
-                    processes.add(event.process)
-                    if len(processes) > MAX_PROCESSES:
-                        raise InputError(
-                            f"more than {MAX_PROCESSES} processes in the logs", event.source
-                        )
+            continue
+        for event in _stream(source):
+            if event.process is not None and event.process not in processes:
+                processes.add(event.process)
+                if len(processes) > MAX_PROCESSES:
+                    raise InputError(
+                        f"more than {MAX_PROCESSES} processes in the logs", event.source
+                    )
+            key = _key(event)
+            count = kept.get(key, 0)
+            limit = 1 if event.kind == ev.CHANNEL else MAX_ITEMS
+            if count < limit:
+                kept[key] = count + 1
                 found.append(event)
     return found
 
