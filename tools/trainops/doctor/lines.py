@@ -141,7 +141,7 @@ def nccl_header(text: str) -> NcclHeader | None:
 
 def _is_location(token: str) -> bool:
     name, _, line = token.rpartition(":")
-    return bool(name) and line.isdigit() and not token.startswith("[") and "/" not in line
+    return bool(name) and line.isdigit() and not token.startswith("[")
 
 
 def _host_pid(token: str) -> tuple[str | None, str | None]:

@@ -57,8 +57,8 @@ class _Meter:
             raise InputError(f"input larger than {MAX_INPUT_BYTES >> 20} MiB in all", name, line)
 
 
-def _lines(handle: BinaryIO, name: str, meter: _Meter, first: int = 1) -> Iterator[str]:
-    number = first - 1
+def _lines(handle: BinaryIO, name: str, meter: _Meter) -> Iterator[str]:
+    number = 0
     try:
         while True:
             chunk = handle.readline(MAX_LINE_BYTES + 1)

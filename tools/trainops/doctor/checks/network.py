@@ -63,8 +63,12 @@ def unroutable(ctx: Context) -> Iterator[Found]:
     bad_nccl = []
     for event in ctx.of(ev.BOOTSTRAP_IFS, ev.SOCKET_IFS):
         for name, address in event.fields["interfaces"]:
-            why = "a container or tunnel interface" if unroutable_name(name) else None
-            why = why or unroutable_address(address)
+            if name == "lo":
+                why = "loopback"
+            elif unroutable_name(name):
+                why = "a container bridge, veth or tunnel interface"
+            else:
+                why = unroutable_address(address)
             if why:
                 bad_nccl.append((event, name, address, why))
     if bad_nccl:
