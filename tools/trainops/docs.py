@@ -1,8 +1,9 @@
 """Generates the reference parts of docs/ from the code, so they cannot drift.
 
 `python -m trainops.docs` rewrites docs/cli.md (every command's --help),
-docs/policies.md (every rule's id, severity, why and fix) and the profile key
-table in docs/overlays.md (between its GENERATED markers);
+docs/policies.md (every rule's id, severity, why and fix), the profile key
+table in docs/overlays.md and the doctor's findings in docs/runbook.md (between
+their GENERATED markers);
 `--check` only reports what is stale. tests/test_docs.py runs the check.
 """
 
@@ -67,10 +68,13 @@ def profile_table() -> str:
 def policy_reference(pack: Path) -> str:
     from trainops.policy.engine import EXEMPT_PREFIX
     from trainops.policy.settings import load_pack
-    from trainops.rules import catalog
+    from trainops.rules import DOCTOR, catalog
 
     load_pack(pack)
-    rules = sorted(catalog().values(), key=lambda r: (r.category != "builtin", r.id))
+    rules = sorted(
+        (r for r in catalog().values() if r.category != DOCTOR),
+        key=lambda r: (r.category != "builtin", r.id),
+    )
     lines = [
         "# Policy reference",
         "",
@@ -95,6 +99,19 @@ def policy_reference(pack: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def doctor_findings() -> str:
+    """Every finding id `trainops doctor` prints, from the rule catalog."""
+    import trainops.cli  # noqa: F401 - registers the doctor's checks
+    from trainops.rules import DOCTOR, catalog
+
+    rules = sorted((r for r in catalog().values() if r.category == DOCTOR), key=lambda r: r.id)
+    rows = ["| Finding | Severity | Checks | Fix |", "|---|---|---|---|"]
+    for rule in rules:
+        cells = (f"`{rule.id}`", rule.severity, f"{rule.title}. {rule.why}", rule.fix)
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows)
+
+
 def splice(text: str, name: str, body: str) -> str:
     begin, end = BEGIN.format(name=name), END.format(name=name)
     head, found, rest = text.partition(begin)
@@ -112,6 +129,9 @@ def targets(root: Path) -> dict[Path, Callable[[str], str]]:
         root / "docs" / "cli.md": lambda _: cli_reference() + "\n",
         root / "docs" / "overlays.md": lambda text: splice(text, "profile keys", profile_table()),
         root / "docs" / "policies.md": lambda _: policy_reference(root / "policies"),
+        root / "docs" / "runbook.md": lambda text: splice(
+            text, "doctor findings", doctor_findings()
+        ),
     }
 
 

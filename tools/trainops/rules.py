@@ -23,6 +23,8 @@ class RuleInfo:
     category: str = "builtin"
 
 
+DOCTOR = "doctor"  # the category of the findings `trainops doctor` prints
+
 _CATALOG: dict[str, RuleInfo] = {}
 
 

@@ -1,7 +1,8 @@
-"""`trainops doctor`: diagnose a slow or hanging training job from its evidence."""
+"""`trainops doctor`: diagnose a slow, hanging or failed training job from its evidence."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import click
@@ -13,19 +14,14 @@ from trainops.cli.common import (
     project_config,
     save_session,
 )
-from trainops.doctor import report
-from trainops.doctor.analysis import DoctorFinding, Expectation, analyse, records
-from trainops.doctor.expectation import from_overlay
-from trainops.doctor.job import gather, pod_findings
-from trainops.doctor.nccl_log import parse
-from trainops.doctor.sources import log_streams
+from trainops.doctor import nccl_tests, report
+from trainops.doctor.analysis import NO_EVIDENCE, Diagnosis, diagnose
+from trainops.doctor.expectation import Expectation, from_overlay
+from trainops.doctor.findings import DoctorFinding
+from trainops.doctor.job import NO_NCCL_EVIDENCE, gather, pod_findings
+from trainops.doctor.sources import LogStream, memory_stream, open_sources
 from trainops.errors import InputError
-from trainops.model import ERROR, INFO
-
-NO_EVIDENCE = (
-    "no NCCL or PyTorch distributed lines in the logs: run the job with "
-    "NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,NET"
-)
+from trainops.model import ERROR
 
 
 def expectation_options(command):
@@ -42,6 +38,32 @@ def expectation_options(command):
     )(command)
 
 
+def format_option(command):
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help='json prints a JSON document, also on errors ({"error": ...}).',
+    )(command)
+
+
+def json_errors(command):
+    """With --format json, unreadable input still prints JSON (and exits 2)."""
+
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except InputError as exc:
+            if kwargs.get("fmt") == "json":
+                click.echo(report.error_json(str(exc)), nl=False)
+            raise
+
+    return run
+
+
 def build_expectation(overlay: Path | None, expect: str | None) -> Expectation:
     expectation = Expectation()
     if overlay is not None:
@@ -52,17 +74,14 @@ def build_expectation(overlay: Path | None, expect: str | None) -> Expectation:
     return expectation
 
 
-def diagnose(streams, expectation: Expectation):
-    processes = parse(streams)
-    if not processes:
-        raise InputError(NO_EVIDENCE)
-    recs = records(processes)
-    return recs, analyse(recs, expectation)
+def _exit(findings: list) -> None:
+    if any(f.severity == ERROR for f in findings):
+        raise SystemExit(1)
 
 
 @click.group()
 def doctor() -> None:
-    """Diagnose a slow or hanging training job from its evidence.
+    """Diagnose a slow, hanging or failed training job from its evidence.
 
     Exit codes: 0 no error found, 1 error findings, 2 unreadable input.
     """
@@ -71,20 +90,24 @@ def doctor() -> None:
 @doctor.command("nccl")
 @click.argument("logs", nargs=-1, required=True)
 @expectation_options
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option
+@json_errors
 def nccl(logs, overlay, expect, fmt):
-    """Read NCCL and PyTorch logs of every rank and say what is wrong.
+    """Read every rank's NCCL, PyTorch and node logs and say what is wrong.
 
-    LOGS are files, directories (every file below) or - for stdin; ranks may be
-    one per file or interleaved (NCCL's host:pid prefixes tell them apart). Per
-    rank: rank and nranks, init started/completed, transport (IB, RoCE, Socket
-    or a plugin), GPUDirect RDMA (/GDRDMA channels), interfaces, NCCL variables
-    echoed from the environment, warnings and watchdog timeouts. Across ranks:
-    socket fallback on some ranks, ranks that never completed init, world-size
-    disagreement, missing ranks, init stragglers, collective timeouts (and the
-    ranks that did not time out), HCA and interface mismatches.
+    LOGS are files, directories (every file below), gzip files, FIFOs and process
+    substitution (<(kubectl logs ...)), or - for stdin; ranks may be one per file or
+    interleaved. Understood: NCCL output from 2.4 to 2.2x (with or without
+    host:pid:tid, file:line, timestamps), PyTorch's ProcessGroupNCCL, c10d store,
+    torchrun and Gloo errors, nccl-tests failures, the NVIDIA driver's kernel log
+    (Xid), PyTorch Flight Recorder dumps in JSON, and the prefixes collection adds
+    (kubectl --prefix/--timestamps, srun -l, mpirun --tag-output, [rankN]:, ANSI
+    colour). A restart (a new torchrun attempt, a process starting again, a
+    '(previous)' log) starts a new attempt; findings say which.
+
+    Each finding names the cause with its evidence lines and a fix; a job that
+    failed without a recognised cause gets `failure-unrecognised` pointing at its
+    first error. `trainops policies explain ID` explains any finding id.
 
     \b
     Example:
@@ -92,13 +115,94 @@ def nccl(logs, overlay, expect, fmt):
         --tail=-1 > llama.log
       trainops doctor nccl llama.log --overlay overlays/prod-roce
     """
-    recs, findings = diagnose(log_streams(logs), build_expectation(overlay, expect))
+    diagnosis = diagnose(open_sources(logs), build_expectation(overlay, expect))
     if fmt == "json":
-        click.echo(report.to_json(recs, findings), nl=False)
+        click.echo(report.to_json(diagnosis), nl=False)
     else:
-        click.echo(report.text(recs, findings), nl=False)
-    if any(f.severity == ERROR for f in findings):
-        raise SystemExit(1)
+        click.echo(report.text(diagnosis), nl=False)
+    _exit(diagnosis.findings)
+
+
+@doctor.command("nccl-tests")
+@click.argument("logs", nargs=-1, required=True)
+@click.option(
+    "--min-busbw",
+    type=click.FloatRange(min=0),
+    help="Bus bandwidth floor in GB/s (the largest message of each run must reach it).",
+)
+@click.option(
+    "--slow-fraction",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.8,
+    show_default=True,
+    help="A sweep's run is slow below this fraction of the sweep's reference bandwidth "
+    "(the median of its better half).",
+)
+@format_option
+@json_errors
+def nccl_tests_command(logs, min_busbw, slow_fraction, fmt):
+    """Read nccl-tests output (all_reduce_perf ...) and name slow or failing nodes and links.
+
+    LOGS are nccl-tests outputs: one run per file or several in one, or a pairwise
+    sweep's summary (`nodeA,nodeB  busbw` lines). Per run: its nodes, the bus
+    bandwidth of its largest message, wrong values and failures. Across a sweep of
+    three or more runs: a node slow in every run with it (slow node), two nodes fast
+    elsewhere but slow together (slow link). NCCL lines in the output are diagnosed
+    as by `doctor nccl`, so a failed run's cause is named too.
+
+    \b
+    Example:
+      trainops doctor nccl-tests sweep/*.log --min-busbw 180
+    """
+    sources = [
+        memory_stream(s.name, list(s.open_lines())) if isinstance(s, LogStream) else s
+        for s in open_sources(logs)
+    ]
+    runs = nccl_tests.read_runs(sources)
+    try:
+        causes = diagnose(sources, Expectation()).findings
+    except InputError:
+        causes = []
+    if not runs and not causes:
+        raise InputError("no nccl-tests results or NCCL lines in the input")
+    found = nccl_tests.analyse(runs, min_busbw, slow_fraction)
+    all_findings = found + [c for c in causes if c.rule != "failure-unrecognised" or not found]
+    if fmt == "json":
+        click.echo(
+            report.json_document(
+                {
+                    "runs": [r.to_dict() for r in runs],
+                    "findings": [report.finding_dict(f) for f in all_findings],
+                }
+            ),
+            nl=False,
+        )
+    else:
+        rows = [("run", "nodes", "ranks", "size", "busbw GB/s", "wrong", "failed")]
+        for run in runs:
+            rows.append(
+                (
+                    run.source,
+                    ",".join(run.nodes) or "-",
+                    str(run.ranks or "-"),
+                    str(run.size or "-"),
+                    "-" if run.busbw is None else f"{run.busbw:g}",
+                    str(run.wrong),
+                    "yes" if run.failures else "no",
+                )
+            )
+        lines = [*report.table(rows), "", *report.plain_findings(all_findings)]
+        click.echo("\n".join(lines) + "\n", nl=False)
+    _exit(all_findings)
+
+
+def _job_diagnosis(logs, expectation: Expectation) -> Diagnosis | None:
+    try:
+        return diagnose([memory_stream(name, lines) for name, lines in logs], expectation)
+    except InputError as exc:
+        if str(exc) != NO_EVIDENCE:
+            raise
+        return None
 
 
 @doctor.command("job")
@@ -106,17 +210,16 @@ def nccl(logs, overlay, expect, fmt):
 @click.option("-n", "--namespace", default="training", show_default=True)
 @cluster_options
 @expectation_options
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option
+@json_errors
 def job(name, namespace, context, recording, save_recording, overlay, expect, fmt):
     """Gather a training job's pods, events and logs, then diagnose them.
 
     Finds the pods by the training operator's job-name label; reports OOM kills,
     evictions, unschedulable GPU or RDMA requests, image pull errors, crash loops
     (with what the trainer's exit code means) and restarts; then reads every
-    container's log (and the previous run's, after a restart) with the NCCL
-    analysis of `trainops doctor nccl`. Read-only.
+    container's log (and the previous run's, after a restart, as an earlier
+    attempt) with the analysis of `trainops doctor nccl`. Read-only.
 
     \b
     Example:
@@ -127,20 +230,19 @@ def job(name, namespace, context, recording, save_recording, overlay, expect, fm
     save_session(cluster, save_recording)
     expectation = build_expectation(overlay, expect)
     rdma = expectation.profile.get("rdmaResource") or None
-    findings = pod_findings(evidence, rdma)
-    processes = parse(evidence.logs)
-    recs = records(processes)
-    if processes:
-        findings += analyse(recs, expectation)
-    else:
+    findings: list[DoctorFinding] = pod_findings(evidence, rdma)
+    diagnosis = _job_diagnosis(evidence.logs, expectation)
+    if diagnosis is None:
         findings.append(
             DoctorFinding(
-                "no-nccl-evidence",
-                INFO,
+                NO_NCCL_EVIDENCE.id,
+                NO_NCCL_EVIDENCE.severity,
                 NO_EVIDENCE[0].upper() + NO_EVIDENCE[1:],
-                "Set NCCL_DEBUG=INFO in the job template (it is by default).",
+                NO_NCCL_EVIDENCE.fix,
             )
         )
+        diagnosis = Diagnosis([], [], False, [])
+    diagnosis.findings = findings + diagnosis.findings
     pods = [
         {
             "name": p.name,
@@ -157,7 +259,7 @@ def job(name, namespace, context, recording, save_recording, overlay, expect, fm
             "job": {"name": name, "namespace": namespace, "condition": evidence.condition},
             "pods": pods,
         }
-        click.echo(report.to_json(recs, findings, extra), nl=False)
+        click.echo(report.to_json(diagnosis, extra), nl=False)
     else:
         header = [
             f"job {namespace}/{name}: {evidence.condition or 'no training-operator job found'}",
@@ -170,6 +272,5 @@ def job(name, namespace, context, recording, save_recording, overlay, expect, fm
             ),
             "",
         ]
-        click.echo(report.text(recs, findings, header), nl=False)
-    if any(f.severity == ERROR for f in findings):
-        raise SystemExit(1)
+        click.echo(report.text(diagnosis, header), nl=False)
+    _exit(diagnosis.findings)

@@ -11,7 +11,7 @@ from trainops.cli.common import project_config
 from trainops.errors import InputError
 from trainops.policy.engine import EXEMPT_PREFIX
 from trainops.policy.settings import load_pack
-from trainops.rules import RuleInfo, catalog
+from trainops.rules import DOCTOR, RuleInfo, catalog
 
 
 def _rules() -> dict[str, RuleInfo]:
@@ -29,8 +29,12 @@ def policies() -> None:
 
 @policies.command("list")
 def list_rules() -> None:
-    """List every rule: id, default severity, what it checks."""
-    rules = sorted(_rules().values(), key=lambda r: (r.category != "builtin", r.id))
+    """List every rule: id, default severity, what it checks (`explain` also knows the
+    findings of `trainops doctor`)."""
+    rules = sorted(
+        (r for r in _rules().values() if r.category != DOCTOR),
+        key=lambda r: (r.category != "builtin", r.id),
+    )
     width = max(len(r.id) for r in rules)
     for rule in rules:
         click.echo(f"{rule.id:<{width}}  {rule.severity:<7}  {rule.title}")

@@ -3,10 +3,9 @@ template (the NCCL environment every training pod of that cluster gets)."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from trainops.doctor.analysis import Expectation
 from trainops.errors import InputError
 from trainops.model import Target
 from trainops.policy.pods import env_of, pod_templates
@@ -15,6 +14,18 @@ from trainops.render.discover import display_path, kustomization_file
 from trainops.render.engine import Renderer
 
 PROFILE = "cluster.yaml"
+
+
+@dataclass
+class Expectation:
+    """What the cluster promises; all optional."""
+
+    transport: str | None = None  # ib | socket
+    gdr: bool = False
+    hca: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # NCCL_* the job template sets
+    overlay: str | None = None
+    profile: dict[str, object] = field(default_factory=dict)
 
 
 def from_overlay(directory: Path, renderer: Renderer) -> Expectation:

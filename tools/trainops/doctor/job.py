@@ -8,14 +8,15 @@ the previous run of restarted ones, go on to the NCCL analysis.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainops.doctor.analysis import DoctorFinding
+from trainops.doctor.findings import CATEGORY, DoctorFinding
+from trainops.doctor.limits import Pattern
 from trainops.errors import InputError
 from trainops.kube import Cluster, NotFound, items
 from trainops.model import ERROR, INFO, WARNING
+from trainops.rules import RuleInfo, register
 
 JOB_LABEL = "training.kubeflow.org/job-name"
 ROLE_LABEL = "training.kubeflow.org/replica-type"
@@ -142,55 +143,95 @@ def gather(cluster: Cluster, name: str, namespace: str) -> JobEvidence:
     return JobEvidence(name, namespace, _condition(cluster, name, namespace), pods, events, logs)
 
 
-_INSUFFICIENT = re.compile(r"Insufficient ([\w./-]+)")
+_INSUFFICIENT = Pattern(r"Insufficient ([\w./-]+)")
 
 
-# kind -> (rule, severity, message template, fix)
+POD_WHY = (
+    "Kubernetes-level trouble (from the pods' states and events) stops or restarts ranks "
+    "before NCCL has anything to say."
+)
+
+
+def _pod_rule(rule: str, severity: str, title: str, fix: str) -> RuleInfo:
+    return register(RuleInfo(rule, severity, title, POD_WHY, fix, category=CATEGORY))
+
+
+# kind -> (rule, message template)
 POD_PROBLEMS = {
     "oom": (
-        "pod-oomkilled",
-        ERROR,
+        _pod_rule(
+            "pod-oomkilled",
+            ERROR,
+            "No container of the job is OOMKilled",
+            "Raise the memory limit (memoryPerPod in cluster.yaml), remember that /dev/shm "
+            "(shmSize) counts against it, and lower DataLoader workers.",
+        ),
         "{pod}: container {detail} was OOMKilled",
-        "Raise the memory limit (memoryPerPod in cluster.yaml), remember that /dev/shm "
-        "(shmSize) counts against it, and lower DataLoader workers.",
     ),
     "evicted": (
-        "pod-evicted",
-        WARNING,
+        _pod_rule(
+            "pod-evicted",
+            WARNING,
+            "No pod of the job is evicted",
+            "Node pressure or preemption: the trainer checkpoints on SIGTERM; check the "
+            "node's conditions and the job's priority class.",
+        ),
         "{pod} was evicted: {detail}",
-        "Node pressure or preemption: the trainer checkpoints on SIGTERM; check the "
-        "node's conditions and the job's priority class.",
     ),
     "image": (
-        "image-pull",
-        ERROR,
+        _pod_rule(
+            "image-pull",
+            ERROR,
+            "Every pod can pull its image",
+            "Check the image reference (image in cluster.yaml or the run) and the registry "
+            "credentials (imagePullSecrets).",
+        ),
         "{pod} cannot pull its image: {detail}",
-        "Check the image reference (image in cluster.yaml or the run) and the registry "
-        "credentials (imagePullSecrets).",
     ),
     "crashloop": (
-        "crash-loop",
-        ERROR,
+        _pod_rule(
+            "crash-loop",
+            ERROR,
+            "No pod is crash-looping",
+            "Read the previous run's log (doctor shows it as '(previous)').",
+        ),
         "{pod} is crash-looping, {detail}",
-        "Read the previous run's log (doctor shows it as '(previous)').",
     ),
 }
+RESTARTS = _pod_rule(
+    "pod-restarts",
+    INFO,
+    "Pods that restarted",
+    "Compare the '(previous)' log with the current one.",
+)
+UNSCHEDULABLE = _pod_rule(
+    "unschedulable",
+    ERROR,
+    "Every pod of the job can be scheduled",
+    "Read the scheduler's message; `trainops preflight OVERLAY` checks the nodes.",
+)
+NO_NCCL_EVIDENCE = _pod_rule(
+    "no-nccl-evidence",
+    INFO,
+    "The job's logs carry NCCL output",
+    "Set NCCL_DEBUG=INFO in the job template (it is by default).",
+)
 
 
 def pod_findings(evidence: JobEvidence, rdma_resource: str | None = None) -> list[DoctorFinding]:
     found = []
     for pod in evidence.pods:
         for kind, detail in pod.problems:
-            rule, severity, template, fix = POD_PROBLEMS[kind]
+            rule, template = POD_PROBLEMS[kind]
             message = template.format(pod=pod.name, detail=detail)
-            found.append(DoctorFinding(rule, severity, message, fix))
+            found.append(DoctorFinding(rule.id, rule.severity, message, rule.fix))
         if pod.restarts and not pod.problems:
             found.append(
                 DoctorFinding(
-                    "pod-restarts",
-                    INFO,
+                    RESTARTS.id,
+                    RESTARTS.severity,
                     f"{pod.name} restarted {pod.restarts} time(s)",
-                    "Compare the '(previous)' log with the current one.",
+                    RESTARTS.fix,
                 )
             )
     seen = set()
@@ -219,8 +260,8 @@ def pod_findings(evidence: JobEvidence, rdma_resource: str | None = None) -> lis
                 "topologyKey in cluster.yaml against the nodes' labels."
             )
         else:
-            fix = "Read the scheduler's message; `trainops preflight OVERLAY` checks the nodes."
+            fix = UNSCHEDULABLE.fix
         found.append(
-            DoctorFinding("unschedulable", ERROR, f"{pod} cannot be scheduled: {message}", fix)
+            DoctorFinding(UNSCHEDULABLE.id, ERROR, f"{pod} cannot be scheduled: {message}", fix)
         )
     return found

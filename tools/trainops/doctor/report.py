@@ -1,11 +1,16 @@
-"""Doctor reports: a per-rank table and the findings, as text or JSON."""
+"""Doctor reports: a per-rank table and the findings with their evidence, as text or JSON."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
 
-from trainops.doctor.analysis import DoctorFinding, RankRecord
+from trainops.doctor.analysis import Diagnosis
+from trainops.doctor.evidence import RankRecord
+from trainops.doctor.findings import DoctorFinding
+from trainops.model import ERROR, WARNING
+
+NO_PROBLEMS = "no problems found"
 
 
 def _yes_no(value: bool | None) -> str:
@@ -21,48 +26,75 @@ def table(rows: list[tuple[str, ...]]) -> list[str]:
     ]
 
 
-def rank_table(recs: list[RankRecord]) -> list[str]:
+def rank_table(recs: list[RankRecord], attempts: bool = False) -> list[str]:
     header = ("rank", "nranks", "host", "init", "transport", "gdr", "interface", "warn", "timeouts")
-    rows = [header]
+    rows = [(("attempt",) if attempts else ()) + header]
     for r in recs:
         init = "complete" if r.init_complete else ("STARTED" if r.init_start else "-")
-        rows.append(
-            (
-                "?" if r.rank is None else str(r.rank),
-                str(r.nranks or "?"),
-                r.host or "-",
-                init,
-                r.transport or "?",
-                _yes_no(r.gdr),
-                r.interfaces[0] if r.interfaces else "-",
-                str(len(r.warnings)),
-                str(len(r.timeouts)),
-            )
+        row = (
+            "?" if r.rank is None else str(r.rank),
+            str(r.nranks or "?"),
+            r.host or "-",
+            init,
+            r.transport or "?",
+            _yes_no(r.gdr),
+            r.interfaces[0] if r.interfaces else "-",
+            str(len(r.warnings)),
+            str(len(r.timeouts)),
         )
+        rows.append(((str(r.attempt),) if attempts else ()) + row)
     return table(rows)
 
 
-def finding_lines(findings: list[DoctorFinding]) -> list[str]:
-    if not findings:
-        return ["no problems found"]
+def _finding_text(finding, suffix: str = "") -> list[str]:
+    lines = [f"{finding.severity}: {finding.message} [{finding.rule}]{suffix}"]
+    lines.append(f"    fix: {finding.fix}")
+    return lines + [f"    evidence: {item}" for item in finding.evidence]
+
+
+def finding_lines(diagnosis: Diagnosis) -> list[str]:
+    several = len(diagnosis.attempts) > 1
     lines = []
-    for f in findings:
-        lines.append(f"{f.severity}: {f.message} [{f.rule}]")
-        lines.append(f"    fix: {f.fix}")
+    for f in diagnosis.findings:
+        suffix = f" (attempt {f.attempt})" if several and f.attempt is not None else ""
+        lines += _finding_text(f, suffix)
+    serious = any(f.severity in (ERROR, WARNING) for f in diagnosis.findings)
+    if not serious and not diagnosis.failed:
+        lines.append(NO_PROBLEMS)
     return lines
 
 
-def text(recs: list[RankRecord], findings: list[DoctorFinding], header: list[str] = ()) -> str:
-    lines = [*header, *rank_table(recs), "", *finding_lines(findings)]
+def plain_findings(findings: list) -> list[str]:
+    """Findings without attempts (nccl-tests runs), or `no problems found`."""
+    lines = [line for f in findings for line in _finding_text(f)]
+    return lines or [NO_PROBLEMS]
+
+
+def text(diagnosis: Diagnosis, header: list[str] = ()) -> str:
+    several = len(diagnosis.attempts) > 1
+    lines = [*header, *rank_table(diagnosis.records, several), "", *finding_lines(diagnosis)]
     return "\n".join(lines) + "\n"
 
 
-def to_json(
-    recs: list[RankRecord], findings: list[DoctorFinding], extra: dict | None = None
-) -> str:
+def finding_dict(finding: DoctorFinding) -> dict:
+    return asdict(finding)
+
+
+def json_document(data: dict) -> str:
+    return json.dumps(data, indent=2) + "\n"
+
+
+def to_json(diagnosis: Diagnosis, extra: dict | None = None) -> str:
     data = {
         **(extra or {}),
-        "ranks": [r.to_dict() for r in recs],
-        "findings": [asdict(f) for f in findings],
+        "failed": diagnosis.failed,
+        "attempts": diagnosis.attempts,
+        "ranks": [r.to_dict() for r in diagnosis.records],
+        "findings": [finding_dict(f) for f in diagnosis.findings],
     }
     return json.dumps(data, indent=2) + "\n"
+
+
+def error_json(message: str) -> str:
+    """What `--format json` prints when the input cannot be read."""
+    return json.dumps({"error": message}, indent=2) + "\n"

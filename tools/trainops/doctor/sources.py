@@ -1,33 +1,184 @@
-"""Where logs come from: files, directories (every file below, in name order), stdin."""
+"""Where the doctor's evidence comes from: files, directories, stdin, FIFOs, process
+substitution, gzip files, and PyTorch Flight Recorder dumps in their JSON form.
+
+Everything is read in bounded pieces (see `limits`): a line longer than
+`MAX_LINE_BYTES` or more than `MAX_INPUT_BYTES` in all is an input error naming the
+file and line, so endless input stops with exit 2 instead of growing without bound.
+A pickled Flight Recorder dump is refused, never unpickled.
+"""
 
 from __future__ import annotations
 
+import gzip
+import json
+import os
+import stat
 import sys
-from collections.abc import Iterator
-from pathlib import Path
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
 
+from trainops.doctor.limits import MAX_INPUT_BYTES, MAX_JSON_BYTES, MAX_LINE_BYTES
 from trainops.errors import InputError
 
-
-def _lines(path: Path) -> Iterator[str]:
-    with path.open(errors="replace") as handle:
-        yield from handle
+GZIP_MAGIC = b"\x1f\x8b"
+PICKLE_PROTOCOL = b"\x80"
 
 
-def log_streams(arguments: tuple[str, ...]) -> list[tuple[str, Iterator[str]]]:
-    streams = []
+@dataclass
+class LogStream:
+    """Lines of one log (a file, a pod's container, stdin), opened when iterated."""
+
+    name: str
+    open_lines: Callable[[], Iterator[str]]
+
+
+@dataclass
+class FlightRecorderDump:
+    """One rank's Flight Recorder dump, parsed from JSON."""
+
+    name: str
+    data: dict
+
+
+Source = LogStream | FlightRecorderDump
+
+
+class _Meter:
+    """Bytes read from every input of one run."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def add(self, count: int, name: str, line: int) -> None:
+        self.total += count
+        if self.total > MAX_INPUT_BYTES:
+            raise InputError(f"input larger than {MAX_INPUT_BYTES >> 20} MiB in all", name, line)
+
+
+def _lines(handle: BinaryIO, name: str, meter: _Meter) -> Iterator[str]:
+    number = 0
+    try:
+        while True:
+            chunk = handle.readline(MAX_LINE_BYTES + 1)
+            if not chunk:
+                return
+            number += 1
+            meter.add(len(chunk), name, number)
+            if len(chunk) > MAX_LINE_BYTES:
+                raise InputError(f"line longer than {MAX_LINE_BYTES >> 20} MiB", name, number)
+            yield chunk.decode("utf-8", errors="replace").rstrip("\r\n")
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        raise InputError(f"cannot read: {exc}", name, number + 1) from None
+
+
+def memory_stream(name: str, lines: list[str]) -> LogStream:
+    """Lines already in memory (a pod log fetched from the API server)."""
+    return LogStream(name, lambda: iter(lines))
+
+
+def _refuse_pickle(head: bytes, name: str) -> None:
+    if head[:1] == PICKLE_PROTOCOL:
+        raise InputError(
+            "looks like a pickled Flight Recorder dump; the doctor never unpickles files: "
+            "dump it as JSON (torch._C._distributed_c10d._dump_nccl_trace_json)",
+            name,
+        )
+
+
+def _classify(handle, name: str, meter: _Meter) -> Source:
+    """An input that can be read once (stdin, a FIFO): look at its first bytes, then read it
+    as gzip, as JSON (maybe a dump) or as text; a pickle is refused."""
+    head = handle.peek(2)[:2]
+    _refuse_pickle(head, name)
+    if head == GZIP_MAGIC:
+        unzipped = gzip.GzipFile(fileobj=handle, mode="rb")
+        return LogStream(name, lambda: _lines(unzipped, name, meter))
+    if head.lstrip()[:1] == b"{":
+        return _maybe_dump(handle, name, meter)
+    return LogStream(name, lambda: _lines(handle, name, meter))
+
+
+def _maybe_dump(handle, name: str, meter: _Meter) -> Source:
+    body = handle.read(MAX_JSON_BYTES + 1)
+    meter.add(len(body), name, 1)
+    if len(body) > MAX_JSON_BYTES:
+        raise InputError(f"JSON document larger than {MAX_JSON_BYTES >> 20} MiB", name, 1)
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("entries"), list):
+        return FlightRecorderDump(name, data)
+    text = body.decode("utf-8", errors="replace").splitlines()
+    for number, line in enumerate(text, 1):
+        if len(line) > MAX_LINE_BYTES:
+            raise InputError(f"line longer than {MAX_LINE_BYTES >> 20} MiB", name, number)
+    return memory_stream(name, text)
+
+
+def _file_lines(path: str, unzip: bool, meter: _Meter) -> Iterator[str]:
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed below when the lines run out
+    except OSError as exc:
+        raise InputError(f"cannot open: {exc.strerror or exc}", path) from None
+    with handle:
+        yield from _lines(gzip.GzipFile(fileobj=handle) if unzip else handle, path, meter)
+
+
+def _open(path: str, meter: _Meter) -> Source:
+    """A path: regular files are reopened when read (a directory may hold thousands);
+    FIFOs, /dev/fd/N and devices are read once as they are."""
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+        handle = open(path, "rb")  # noqa: SIM115 - kept open only for one-shot inputs
+    except OSError as exc:
+        raise InputError(f"cannot open: {exc.strerror or exc}", path) from None
+    try:
+        if not regular:
+            return _classify(handle, path, meter)
+        with handle:
+            head = handle.peek(2)[:2]
+            _refuse_pickle(head, path)
+            if head.lstrip()[:1] == b"{":
+                return _maybe_dump(handle, path, meter)
+        unzip = head == GZIP_MAGIC
+        return LogStream(path, lambda: _file_lines(path, unzip, meter))
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path) from None
+
+
+def _walk(directory: str) -> list[str]:
+    """Every readable non-hidden file below `directory`, in name order, links not followed."""
+    found = []
+
+    def fail(exc: OSError) -> None:
+        raise InputError(f"cannot list: {exc.strerror or exc}", exc.filename or directory)
+
+    for root, dirs, files in os.walk(directory, onerror=fail, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [os.path.join(root, f) for f in sorted(files) if not f.startswith(".")]
+    return found
+
+
+def open_sources(arguments: tuple[str, ...]) -> list[Source]:
+    """Files, directories (every file below), `-` for stdin, FIFOs, `/dev/fd/N`."""
+    meter = _Meter()
+    sources: list[Source] = []
     for argument in arguments:
         if argument == "-":
-            streams.append(("-", iter(sys.stdin)))
+            sources.append(_classify(sys.stdin.buffer, "-", meter))
             continue
-        path = Path(argument)
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        try:
+            mode = os.stat(argument).st_mode
+        except OSError as exc:
+            raise InputError(f"cannot open: {exc.strerror or exc}", argument) from None
+        if stat.S_ISDIR(mode):
+            files = _walk(argument)
             if not files:
                 raise InputError("directory holds no log files", argument)
-            streams += [(str(p), _lines(p)) for p in files]
-        elif path.is_file():
-            streams.append((argument, _lines(path)))
+            sources += [_open(path, meter) for path in files]
         else:
-            raise InputError("no such file or directory", argument)
-    return streams
+            sources.append(_open(argument, meter))
+    return sources

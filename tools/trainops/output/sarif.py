@@ -13,14 +13,14 @@ from trainops import __version__
 from trainops.model import ERROR, WARNING, Finding
 from trainops.render.discover import kustomization_file
 from trainops.report import Report
-from trainops.rules import catalog
+from trainops.rules import DOCTOR, catalog
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVELS = {ERROR: "error", WARNING: "warning"}
 
 
 def render(report: Report) -> str:
-    rules = sorted(catalog().values(), key=lambda r: r.id)
+    rules = sorted((r for r in catalog().values() if r.category != DOCTOR), key=lambda r: r.id)
     index = {rule.id: i for i, rule in enumerate(rules)}
     results = [_result(f, index) for f in report.findings]
     payload = {

@@ -1,0 +1,212 @@
+"""The program's collectives: timeouts and the ranks that did not time out (the likely
+culprits), stragglers from the watchdog's sequence numbers and Flight Recorder dumps,
+collectives that differ between ranks, a hung watchdog, ranks killed by a signal."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from trainops.doctor import events as ev
+from trainops.doctor.events import Event
+from trainops.doctor.findings import Context, Found, check, ranks_text, who
+from trainops.model import ERROR
+
+
+def _expected_ranks(ctx: Context) -> int | None:
+    sizes = [r.nranks for r in ctx.records if r.nranks]
+    return max(sizes) if sizes else None
+
+
+def _last_line(ctx: Context, rank: int) -> str | None:
+    lines = [e for r in ctx.records if r.rank == rank for e in r.events]
+    return lines[-1].evidence() if lines else None
+
+
+@check(
+    "collective-timeout",
+    ERROR,
+    "No collective times out",
+    "PyTorch's watchdog ends a collective that ran past the process group timeout; the ranks "
+    "that did not time out are the ones the others waited for.",
+    "Look first at the ranks that did not time out: their pods' events (OOMKilled, Evicted, "
+    "Xid errors on the node), their last log lines, and their network interface. Raise the "
+    "timeout only after the path is verified.",
+)
+def timeout(ctx: Context) -> Iterator[Found]:
+    events = ctx.of(ev.WATCHDOG)
+    if not events:
+        return
+    first: dict[int | None, Event] = {}
+    for event in events:
+        rank, seq = event.rank, event.fields["seq"]
+        if rank not in first or (seq is not None and seq < (first[rank].fields["seq"] or seq)):
+            first[rank] = event
+    chosen = list(first.values())
+    ops = defaultdict(list)
+    for event in chosen:
+        ops[(event.fields["seq"], event.fields["op"])].append(event)
+    (seq, op), _ = max(ops.items(), key=lambda item: len(item[1]))
+    seconds = max(e.fields["timeout_ms"] for e in chosen) / 1000
+    where = f" (SeqNum {seq})" if seq is not None else ""
+    expected = _expected_ranks(ctx)
+    timed = {r for r in first if r is not None}
+    silent = sorted(set(range(expected)) - timed) if expected else []
+    if len(silent) == 1:
+        suspect = (
+            f"; rank {silent[0]} reported no timeout: the likely culprit (hung, crashed or behind)"
+        )
+        last = _last_line(ctx, silent[0])
+        if last:
+            suspect += f"; its last line: {last}"
+    elif silent:
+        suspect = (
+            f"; ranks {ranks_text(silent)} reported no timeout: the likely culprits "
+            "(hung, crashed or behind)"
+        )
+    else:
+        suspect = (
+            ": the ranks it waited for never reached this collective in time (a slow, stuck or "
+            "crashed rank, or uneven work per rank); their logs show which"
+            if expected is None
+            else ""
+        )
+    yield Found(
+        f"{who(chosen)} timed out after {seconds:g}s in {op}{where}{suspect}",
+        chosen,
+    )
+
+
+@check(
+    "collective-mismatch",
+    ERROR,
+    "All ranks run the same collectives in the same order",
+    "NCCL matches collectives by order; ranks that issue different operations or shapes "
+    "deadlock or corrupt data. This is the program, not the network.",
+    "Find the code path that depends on the rank or the data (an early exit, an uneven last "
+    "batch, logging or parameters used only on some ranks) and make every rank issue the "
+    "same collectives.",
+)
+def mismatch(ctx: Context) -> Iterator[Found]:
+    reported = ctx.of(ev.MISMATCH)
+    if reported:
+        ranks = sorted({r for e in reported for r in e.fields["ranks"]})
+        details = sorted({e.fields["detail"] for e in reported if e.fields["detail"]})
+        on = f" ranks {ranks_text(ranks)}" if ranks else f" {who(reported)}"
+        detail = f": {details[0][:200]}" if details else ""
+        yield Found(
+            f"ranks issued different collectives ({on.strip()}){detail}", reported, ranks=ranks
+        )
+        return
+    timeouts = ctx.of(ev.WATCHDOG)
+    seen = {(e.fields["seq"], e.fields["op"]) for e in timeouts}
+    if len({op for _, op in seen}) > 1 or len({s for s, _ in seen}) > 1:
+        groups = defaultdict(list)
+        for event in timeouts:
+            groups[(event.fields["seq"] or 0, event.fields["op"])].append(event)
+        detail = "; ".join(
+            f"{op} #{seq} on {who(events)}" for (seq, op), events in sorted(groups.items())
+        )
+        yield Found(f"ranks were in different collectives when they timed out: {detail}", timeouts)
+        return
+    states = ctx.of(ev.FR_STATE)
+    by_seq: dict[tuple[str, int], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for event in states:
+        for seq, op in event.fields["ops"].items():
+            by_seq[(event.fields["pg"], seq)][op].append(event.fields["rank"])
+    for (pg, seq), ops in sorted(by_seq.items()):
+        if len(ops) > 1:
+            detail = "; ".join(f"{op} on ranks {ranks_text(r)}" for op, r in sorted(ops.items()))
+            yield Found(
+                f"Flight Recorder shows different collectives at #{seq} of process group "
+                f"{pg}: {detail}",
+                states,
+            )
+            return
+
+
+@check(
+    "collective-straggler",
+    ERROR,
+    "Every rank reaches each collective",
+    "When most ranks wait in a collective that one rank never started, that rank is stuck "
+    "elsewhere (data loading, a hung kernel, a dead GPU) and is the one to look at.",
+    "Look at the straggler's last lines, its stack (py-spy dump) and its node's kernel log.",
+)
+def straggler(ctx: Context) -> Iterator[Found]:
+    states = [e for e in ctx.of(ev.FR_STATE) if e.fields["rank"] is not None]
+    groups = defaultdict(list)
+    for event in states:
+        groups[event.fields["pg"]].append(event)
+    for pg, events in sorted(groups.items()):
+        waiting = [e for e in events if e.fields["pending_seq"] is not None]
+        if not waiting:
+            continue
+        target = max(e.fields["pending_seq"] for e in waiting)
+        op = next(e.fields["pending_op"] for e in waiting if e.fields["pending_seq"] == target)
+        behind = [
+            e
+            for e in events
+            if (e.fields["completed"] or -1) < target - 1
+            and (e.fields["pending_seq"] is None or e.fields["pending_seq"] < target)
+        ]
+        at_target = [e for e in waiting if e.fields["pending_seq"] == target]
+        if behind and at_target:
+            lagging = ranks_text(e.fields["rank"] for e in behind)
+            yield Found(
+                f"rank{'s' if len(behind) > 1 else ''} {lagging} never reached collective "
+                f"#{target} ({op}) of process group {pg} that ranks "
+                f"{ranks_text(e.fields['rank'] for e in at_target)} wait in",
+                behind,
+            )
+    work = ctx.of(ev.WATCHDOG_WORK)
+    if work and not states:
+        completed = {e.rank: e.fields["completed"] for e in work if e.rank is not None}
+        if len(set(completed.values())) > 1:
+            low = min(completed.values())
+            behind = sorted(r for r, c in completed.items() if c == low)
+            ahead = sorted(r for r, c in completed.items() if c != low)
+            yield Found(
+                f"ranks {ranks_text(behind)} completed only up to work {low} while ranks "
+                f"{ranks_text(ahead)} got further: they fell behind",
+                [e for e in work if e.rank in behind],
+            )
+
+
+@check(
+    "watchdog-stuck",
+    ERROR,
+    "PyTorch's NCCL watchdog keeps making progress",
+    "When the watchdog itself hangs, a CUDA or NCCL call never returned: typically a GPU that "
+    "stopped responding or a hung kernel, not the network.",
+    "Read the node's kernel log for Xid events and the rank's stack (py-spy dump); drain the "
+    "node if its GPU faulted and restart from the last checkpoint.",
+)
+def heartbeat(ctx: Context) -> Iterator[Found]:
+    stuck = ctx.of(ev.HEARTBEAT)
+    if stuck and not ctx.of(ev.WATCHDOG):
+        seconds = max(e.fields["seconds"] for e in stuck)
+        yield Found(
+            f"the NCCL watchdog of {who(stuck)} got stuck for {seconds}s: a CUDA or NCCL call hung",
+            stuck,
+        )
+
+
+@check(
+    "rank-killed",
+    ERROR,
+    "No rank is killed by a signal",
+    "A rank killed by SIGKILL was usually out of memory (the kernel's OOM killer or the "
+    "container's memory limit); its peers then fail or time out.",
+    "Check the pod's events for OOMKilled (`trainops doctor job` shows them), raise the memory "
+    "limit (memoryPerPod; /dev/shm counts against it) or lower DataLoader workers.",
+    secondary=True,
+)
+def killed(ctx: Context) -> Iterator[Found]:
+    signals = [
+        e
+        for e in ctx.of(ev.CHILD_FAILED)
+        if e.fields["signal"] == "SIGKILL" or e.fields["exitcode"] == -9
+    ]
+    if signals:
+        yield Found(f"a rank was killed by SIGKILL ({who(signals)})", signals)

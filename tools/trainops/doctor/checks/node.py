@@ -1,0 +1,327 @@
+"""GPUs and the node they sit in: Xid events, ECC and other fatal CUDA errors, the NVSwitch
+fabric manager, the driver against the CUDA in the image, two ranks on one GPU, P2P
+between GPUs, /dev/shm, and NCCL's topology detection."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from trainops.doctor import events as ev
+from trainops.doctor.findings import Context, Found, check, who
+from trainops.model import ERROR
+
+DRAIN = (
+    "Cordon and drain the node (kubectl cordon NODE; kubectl drain NODE "
+    "--ignore-daemonsets), let the job restart from its last checkpoint on healthy nodes, "
+    "and have the node reset or serviced before uncordoning it."
+)
+
+# Xid -> (meaning, the node must be drained). From NVIDIA's Xid catalog; application-level
+# Xids (13, 31, 43, 45) usually end one process and call for draining only when they
+# repeat on the same GPU.
+XID = {
+    13: ("graphics engine exception (usually the program)", False),
+    31: ("GPU memory page fault (usually the program)", False),
+    43: ("GPU stopped processing (usually the program)", False),
+    45: ("preemptive cleanup after an earlier error", False),
+    48: ("double-bit ECC error", True),
+    61: ("internal micro-controller breakpoint", True),
+    62: ("internal micro-controller halt", True),
+    63: ("ECC page retirement or row remapping recorded (reset the GPU to apply)", True),
+    64: ("ECC page retirement or row remapping failure", True),
+    74: ("NVLink error", True),
+    79: ("GPU has fallen off the bus", True),
+    92: ("high single-bit ECC error rate", True),
+    94: ("contained ECC error", False),
+    95: ("uncontained ECC error", True),
+    109: ("context switch timeout", False),
+    119: ("GSP RPC timeout", True),
+    120: ("GSP error", True),
+    140: ("unrecovered ECC error", True),
+    154: ("GPU recovery action required", True),
+}
+
+
+@check(
+    "gpu-fault",
+    ERROR,
+    "No GPU on the job's nodes reports a fault",
+    "Xid events in the node's kernel log report GPU faults; fatal ones (a GPU fallen off the "
+    "bus, double-bit ECC, NVLink errors) take the GPU away until it is reset or serviced, and "
+    "every rank of the job stalls or fails with it.",
+    DRAIN,
+)
+def gpu_fault(ctx: Context) -> Iterator[Found]:
+    xids = ctx.of(ev.XID)
+    fatal = [e for e in xids if XID.get(e.fields["code"], ("", True))[1]]
+    other = [e for e in xids if e not in fatal]
+    for event in fatal:
+        code = event.fields["code"]
+        meaning = XID.get(code, (event.fields["detail"] or "see NVIDIA's Xid catalog", True))[0]
+        yield Found(f"GPU {event.fields['pci']} reported Xid {code} ({meaning})", [event])
+    if other and not fatal:
+        codes = sorted({e.fields["code"] for e in other})
+        meanings = "; ".join(f"Xid {c}: {XID[c][0]}" for c in codes if c in XID)
+        yield Found(
+            f"GPU {other[0].fields['pci']} reported {meanings or 'Xid ' + str(codes)}",
+            other,
+            fix="Restart the job from its last checkpoint; if the same GPU reports it again, "
+            + DRAIN[0].lower()
+            + DRAIN[1:],
+        )
+    off_bus = ctx.of(ev.OFF_BUS)
+    if off_bus and not any(e.fields["code"] == 79 for e in xids):
+        pci = off_bus[0].fields["pci"]
+        yield Found(
+            f"a GPU{' ' + pci if pci else ''} has fallen off the bus (the condition Xid 79 "
+            "reports): it no longer answers the driver",
+            off_bus,
+        )
+    failed = ctx.of(ev.GPU_INIT)
+    if failed:
+        yield Found(
+            "the NVIDIA driver could not initialise a GPU (RmInitAdapter failed): the GPU is "
+            "unusable and jobs given it fail",
+            failed,
+        )
+
+
+@check(
+    "gpu-ecc",
+    ERROR,
+    "GPU memory reports no uncorrectable ECC error",
+    "An uncorrectable ECC error ends the CUDA context of every process on that GPU; the GPU "
+    "needs a reset and, when it repeats, service.",
+    DRAIN,
+)
+def gpu_ecc(ctx: Context) -> Iterator[Found]:
+    ecc = [e for e in ctx.of(ev.CUDA_ERROR) if "ECC" in e.fields["error"].upper()]
+    if ecc:
+        yield Found(f"uncorrectable ECC error on {who(ecc)}: the GPU's memory failed", ecc)
+
+
+@check(
+    "cuda-fatal",
+    ERROR,
+    "No rank hits a fatal CUDA error",
+    "After an illegal memory access, a launch failure or a similar error the CUDA context is "
+    "unusable; NCCL and the watchdog then fail on that rank.",
+    "Restart from the last checkpoint. If it repeats on the same node, read its kernel log "
+    "for Xid events (`trainops doctor nccl` reads dmesg output too) and drain it; if it "
+    "follows the program to any node, it is a bug in the program or a library.",
+)
+def cuda_fatal(ctx: Context) -> Iterator[Found]:
+    errors = [
+        e
+        for e in ctx.of(ev.CUDA_ERROR)
+        if "ECC" not in e.fields["error"].upper() and "insufficient" not in e.fields["error"]
+    ]
+    errors += [
+        e
+        for e in ctx.of(ev.CUDA_FAILURE)
+        if e.fields["error"]
+        in (
+            "an illegal memory access was encountered",
+            "unspecified launch failure",
+            "out of memory",
+            "initialization error",
+        )
+    ]
+    if errors:
+        kinds = sorted({e.fields["error"] for e in errors})
+        fix = None
+        if any("out of memory" in k for k in kinds):
+            fix = (
+                "GPU memory ran out: lower the batch or sequence length, or make sure no "
+                "other process holds the GPU (a leftover from an earlier attempt)."
+            )
+        yield Found(f"CUDA error on {who(errors)}: {'; '.join(kinds)}", errors, fix=fix)
+
+
+@check(
+    "nvswitch-fabric",
+    ERROR,
+    "The NVSwitch fabric (fabric manager) is ready",
+    "On NVSwitch systems (HGX/DGX) CUDA is not ready until nvidia-fabricmanager has set up "
+    "the fabric, and NVLink SHARP (NVLS) buffers fail when the fabric manager restarted while "
+    "GPUs were in use.",
+    "Run nvidia-fabricmanager with the node (the GPU Operator's driver container starts it); "
+    "after it restarts, reset the GPUs or reboot the node. NCCL_NVLS_ENABLE=0 avoids NVLS "
+    "until then.",
+)
+def fabric(ctx: Context) -> Iterator[Found]:
+    failures = ctx.of(ev.CUDA_FAILURE)
+    not_ready = [
+        e
+        for e in failures + ctx.of(ev.CUDA_ERROR)
+        if "system not yet initialized" in e.fields["error"] or e.fields.get("code") == 802
+    ]
+    nvls = [e for e in failures if "nvls" in (e.fields.get("location") or "")]
+    if not_ready:
+        yield Found(
+            f"CUDA on {who(not_ready)} reports 'system not yet initialized': on an NVSwitch "
+            "system this means nvidia-fabricmanager is not running",
+            not_ready,
+        )
+    if nvls:
+        errors = sorted({e.fields["error"] for e in nvls})
+        yield Found(
+            f"NVLink SHARP (NVLS) setup failed in CUDA on {who(nvls)} ({', '.join(errors)}): "
+            "on NVSwitch systems this follows a fabric manager restart while GPUs were in use",
+            nvls,
+        )
+
+
+@check(
+    "cuda-driver-too-old",
+    ERROR,
+    "The node's driver supports the CUDA in the image",
+    "A CUDA runtime newer than the node's driver refuses to start.",
+    "Use an image built for the CUDA version the nodes' driver supports, upgrade the driver "
+    "(GPU Operator driver version), or add the CUDA forward-compatibility package on "
+    "data-centre GPUs.",
+)
+def driver_too_old(ctx: Context) -> Iterator[Found]:
+    old = [
+        e
+        for e in ctx.of(ev.CUDA_FAILURE, ev.CUDA_ERROR)
+        if "driver version is insufficient" in e.fields["error"]
+    ]
+    if old:
+        yield Found(
+            f"the NVIDIA driver on {who(old)} is older than the CUDA runtime in the image "
+            "(CUDA driver version is insufficient for CUDA runtime version)",
+            old,
+        )
+
+
+@check(
+    "duplicate-gpu",
+    ERROR,
+    "Each rank has its own GPU",
+    "NCCL refuses two ranks of one communicator on the same GPU.",
+    "Select the GPU from LOCAL_RANK (torch.cuda.set_device(int(os.environ['LOCAL_RANK']))), "
+    "drop hard-coded device ids, and start no more ranks per node than GPUs "
+    "(--nproc-per-node, CUDA_VISIBLE_DEVICES).",
+)
+def duplicate_gpu(ctx: Context) -> Iterator[Found]:
+    events = ctx.of(ev.DUPLICATE_GPU)
+    if events:
+        pairs = sorted(
+            {
+                f"ranks {' and '.join(map(str, e.fields['ranks']))} on device {e.fields['device']}"
+                for e in events
+            }
+        )
+        yield Found(
+            f"two ranks share one GPU: {'; '.join(pairs[:3])}",
+            events,
+            ranks=[r for e in events for r in e.fields["ranks"]],
+        )
+
+
+@check(
+    "p2p-unsupported",
+    ERROR,
+    "GPUs that NCCL connects peer-to-peer support it",
+    "Consumer GPUs, many VMs and PCIe switches with ACS/IOMMU enabled do not allow CUDA "
+    "peer access; NCCL's P2P transport then fails (CUDA error 217) or hangs.",
+    "Set NCCL_P2P_DISABLE=1 in every rank's environment (launchers such as Ray, mpirun and "
+    "torchrun pass only what they are told to), or enable P2P: disable ACS, iommu=pt.",
+)
+def p2p(ctx: Context) -> Iterator[Found]:
+    failed = [
+        e
+        for e in ctx.of(ev.CUDA_FAILURE)
+        if e.fields.get("code") == 217 or "peer access is not supported" in e.fields["error"]
+    ]
+    if failed:
+        yield Found(
+            f"CUDA peer-to-peer access is not supported between the GPUs of {who(failed)}: "
+            "NCCL's P2P transport cannot be used there",
+            failed,
+        )
+
+
+@check(
+    "shm-exhausted",
+    ERROR,
+    "/dev/shm is large enough for NCCL",
+    "NCCL puts intra-node buffers in /dev/shm; a container's default is 64 MiB, too small "
+    "for several GPUs per pod.",
+    "Mount a memory-backed emptyDir at /dev/shm with a size limit (docker run --shm-size); "
+    "NCCL_SHM_DISABLE=1 is only a slower workaround.",
+)
+def shm(ctx: Context) -> Iterator[Found]:
+    failures = ctx.of(ev.SHM_FAILURE)
+    failures += [
+        e for e in ctx.of(ev.CUDA_FAILURE) if "shmutils" in (e.fields.get("location") or "")
+    ]
+    if not failures:
+        return
+    fix = None
+    if ctx.expectation.overlay:
+        fix = (
+            f"Raise {ctx.key('shmSize')} (a memory-backed emptyDir at /dev/shm; keep it below "
+            f"{ctx.key('memoryPerPod')}); NCCL_SHM_DISABLE=1 is only a slower workaround."
+        )
+    space = " (no space left on device)" if any(e.fields.get("no_space") for e in failures) else ""
+    nccl = [e for e in failures if not e.fields.get("dataloader")]
+    loader = [e for e in failures if e.fields.get("dataloader")]
+    if nccl:
+        yield Found(
+            f"NCCL could not create its shared-memory segment in /dev/shm on {who(nccl)}"
+            f"{space}: the container's /dev/shm is too small",
+            nccl,
+            fix=fix,
+        )
+    if loader:
+        yield Found(
+            f"DataLoader workers on {who(loader)} died of a bus error: the batches they pass "
+            "through /dev/shm do not fit, the container's /dev/shm is too small",
+            loader,
+            fix=fix,
+        )
+
+
+@check(
+    "nccl-topology-error",
+    ERROR,
+    "NCCL can build the node's topology",
+    "NCCL reads the PCI/NVLink topology (or an XML file given by NCCL_TOPO_FILE or a network "
+    "plugin); a file that does not describe the node, or an NCCL release older than the "
+    "hardware, fails init.",
+    "Remove a stale NCCL_TOPO_FILE (or upgrade the network plugin that installs one), and use "
+    "an NCCL release that supports the GPUs and NICs.",
+)
+def topology(ctx: Context) -> Iterator[Found]:
+    errors = ctx.of(ev.TOPOLOGY)
+    if not errors:
+        return
+    versions = sorted(
+        {
+            e.fields["version"]
+            for e in ctx.of(ev.VERSION, ev.TORCH_NCCL_ERROR)
+            if e.fields.get("version")
+        }
+    )
+    version = f" (NCCL {', '.join(versions)} here)" if versions else ""
+    xml = [e for e in errors if e.fields["kind"] == "xml"]
+    search = [e for e in errors if e.fields["kind"] == "search"]
+    if xml:
+        yield Found(
+            f"NCCL on {who(xml)} could not read the topology XML it was given: a file set by "
+            "NCCL_TOPO_FILE, or installed by a network plugin such as aws-ofi-nccl, does not "
+            "describe this node",
+            xml,
+            fix="Unset NCCL_TOPO_FILE (or upgrade the network plugin that provides the file) "
+            "so NCCL detects the topology itself.",
+        )
+    if search:
+        yield Found(
+            f"NCCL's topology detection failed on {who(search)}{version}: the NCCL in the image "
+            "is probably older than this hardware",
+            search,
+            fix="Use an image with a newer NCCL (one released after the GPUs and NICs of this "
+            "node); if NCCL_TOPO_FILE is set, check it describes this node.",
+        )

@@ -1,0 +1,95 @@
+"""Sources into events: each line cleaned, read by the NCCL, PyTorch and node parsers, and
+tagged with its source, line number, process, rank and attempt.
+
+A process is NCCL's `host:pid`, or the rank PyTorch or the launcher named. In pods pid 1
+is the rule, so a restarted container's earlier run cannot be told apart by pid: an
+attempt ends where a new one visibly starts (torchrun restarting its workers, or a
+process printing its once-per-process NCCL lines again), and a source named
+`... (previous)` (`doctor job` fetches the previous container's log) is an earlier attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from trainops.doctor import events as ev
+from trainops.doctor import flight_recorder, nccl_messages, node_messages, torch_messages
+from trainops.doctor.events import Event, ProcessKey
+from trainops.doctor.limits import MAX_ITEMS, MAX_PROCESSES
+from trainops.doctor.lines import clean, nccl_header
+from trainops.doctor.sources import FlightRecorderDump, LogStream, Source
+from trainops.errors import InputError
+
+PREVIOUS = "(previous)"
+TEXT_LIMIT = 300
+_ONCE_PER_PROCESS = (ev.DRIVER, ev.BOOTSTRAP_IFS)
+_RESTART_MARKERS = ("will restart worker group", "Restarting worker group")
+
+
+def _key(event: Event) -> tuple:
+    """Facts kept per process: MAX_ITEMS of each kind, one per distinct channel path."""
+    detail = event.fields.get("via") if event.kind == ev.CHANNEL else None
+    return (event.attempt, event.process, event.kind, detail)
+
+
+def parse(sources: Iterable[Source]) -> list[Event]:
+    """Every fact, at most MAX_ITEMS of a kind per process, so memory stays bounded by the
+    number of processes (itself bounded) rather than by the length of the logs."""
+    found: list[Event] = []
+    processes: set[ProcessKey] = set()
+    kept: dict[tuple, int] = {}
+    for source in sources:
+        if isinstance(source, FlightRecorderDump):
+            found += flight_recorder.read(source)
+            continue
+        for event in _stream(source):
+            if event.process is not None and event.process not in processes:
+                processes.add(event.process)
+                if len(processes) > MAX_PROCESSES:
+                    raise InputError(
+                        f"more than {MAX_PROCESSES} processes in the logs", event.source
+                    )
+            key = _key(event)
+            count = kept.get(key, 0)
+            limit = 1 if event.kind == ev.CHANNEL else MAX_ITEMS
+            if count < limit:
+                kept[key] = count + 1
+                found.append(event)
+    return found
+
+
+def _stream(source: LogStream) -> Iterator[Event]:
+    attempt = 0 if source.name.endswith(PREVIOUS) else 1
+    once: set[tuple[ProcessKey, str]] = set()
+    for number, raw in enumerate(source.open_lines(), 1):
+        line = clean(raw)
+        text = line.text
+        if not text.strip():
+            continue
+        header = nccl_header(text)
+        facts = nccl_messages.read(header.message if header else text.strip(), header)
+        if header is None:
+            facts += torch_messages.read(text.strip()) + node_messages.read(text)
+        if any(marker in text for marker in _RESTART_MARKERS):
+            attempt += 1
+            once.clear()
+        if not facts:
+            continue
+        process = None
+        if header is not None and header.host is not None:
+            process = ProcessKey(header.host, header.pid)
+        rank = line.rank
+        for kind, fields in facts:
+            if rank is None and isinstance(fields.get("rank"), int) and kind != ev.COMM:
+                rank = fields["rank"]
+            if process is not None and kind in _ONCE_PER_PROCESS:
+                if (process, kind) in once:
+                    attempt += 1
+                    once.clear()
+                once.add((process, kind))
+        if process is None and rank is not None:
+            process = ProcessKey(None, None, rank)
+        shown = text.strip()
+        shown = shown if len(shown) <= TEXT_LIMIT else shown[:TEXT_LIMIT] + "..."
+        for kind, fields in facts:
+            yield Event(kind, source.name, number, shown, attempt, process, rank, fields)
