@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tests.bench import admission_bench, trainer_bench, validate_bench
+from tests.bench import admission_bench, scale_bench, trainer_bench, validate_bench
 
 RESULTS = Path("bench-results")
 
@@ -20,14 +20,20 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=4, help="copies of each cluster overlay")
     parser.add_argument(
         "--only",
-        choices=["validate", "schema", "policies", "admission", "trainer"],
+        choices=["validate", "schema", "policies", "admission", "scale", "trainer"],
         help="run one section",
     )
+    parser.add_argument(
+        "--clusters", type=int, default=50, help="scale: clusters in the synthetic repository"
+    )
+    parser.add_argument("--runs", type=int, default=40, help="scale: runs per cluster")
     options = parser.parse_args()
     results_file = RESULTS / "results.json"
     results: dict = json.loads(results_file.read_text()) if results_file.exists() else {}
     if options.only in (None, "validate", "schema", "policies"):
         results.update(validate_bench.run(options.copies, options.only))
+    if options.only in (None, "scale"):
+        results.update(scale_bench.run(options.clusters, options.runs))
     if options.only in (None, "admission"):
         results.update(admission_bench.run())
     if options.only in (None, "trainer"):
