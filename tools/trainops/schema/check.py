@@ -37,9 +37,16 @@ def violations(doc: Document, registry: SchemaRegistry) -> list[Violation] | Non
     if compiled is None:
         return None
     found: list[Violation] = []
-    if not compiled.validator.is_valid(doc.obj):
-        roots = (compiled.schema, compiled.definitions)
-        found.extend(_describe(doc.obj, roots, compiled.validator, ()))
+    obj = doc.obj
+    if not compiled.validator.is_valid(obj):
+        if not compiled.core:
+            # The API server prunes null fields of a custom resource before validating
+            # it (nullable ones excepted, which the schema already allows): a `command:`
+            # left empty is accepted, not an error.
+            obj = _without_nulls(obj)
+        if compiled.core or not compiled.validator.is_valid(obj):
+            roots = (compiled.schema, compiled.definitions)
+            found.extend(_describe(obj, roots, compiled.validator, ()))
     metadata = doc.obj.get("metadata")
     open_metadata = not compiled.core and isinstance(metadata, dict)
     if open_metadata and not registry.object_meta.is_valid(metadata):
@@ -178,6 +185,14 @@ def _allowed_properties(roots: tuple[Any, ...], schema_path: list[Any]) -> list[
         if isinstance(node, dict) and isinstance(node.get("properties"), dict):
             return list(node["properties"])
     return []
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(item) for item in value]
+    return value
 
 
 def _json_type(value: Any) -> str:
