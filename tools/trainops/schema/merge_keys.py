@@ -18,20 +18,21 @@ import re
 from pathlib import Path
 from typing import Any
 
-# group, version, kind, field holding the replica specs, replica types.
+# group, versions, kind, field holding the replica specs, replica types. MPIJob has
+# the same shape in the Training Operator (v1) and the MPI Operator v2 (v2beta1).
 TRAINING_KINDS = (
-    ("kubeflow.org", "v1", "PyTorchJob", "pytorchReplicaSpecs", ("Master", "Worker")),
-    ("kubeflow.org", "v1", "MPIJob", "mpiReplicaSpecs", ("Launcher", "Worker")),
+    ("kubeflow.org", ("v1",), "PyTorchJob", "pytorchReplicaSpecs", ("Master", "Worker")),
+    ("kubeflow.org", ("v1", "v2beta1"), "MPIJob", "mpiReplicaSpecs", ("Launcher", "Worker")),
     (
         "kubeflow.org",
-        "v1",
+        ("v1",),
         "TFJob",
         "tfReplicaSpecs",
         ("Chief", "Master", "PS", "Worker", "Evaluator"),
     ),
-    ("kubeflow.org", "v1", "JAXJob", "jaxReplicaSpecs", ("Worker",)),
-    ("kubeflow.org", "v1", "PaddleJob", "paddleReplicaSpecs", ("Master", "Worker")),
-    ("kubeflow.org", "v1", "XGBoostJob", "xgbReplicaSpecs", ("Master", "Worker")),
+    ("kubeflow.org", ("v1",), "JAXJob", "jaxReplicaSpecs", ("Worker",)),
+    ("kubeflow.org", ("v1",), "PaddleJob", "paddleReplicaSpecs", ("Master", "Worker")),
+    ("kubeflow.org", ("v1",), "XGBoostJob", "xgbReplicaSpecs", ("Master", "Worker")),
 )
 _KEPT = {
     "type",
@@ -74,7 +75,7 @@ def build(core_definitions: dict[str, Any]) -> dict[str, Any]:
         "properties": {"template": {"$ref": "#/definitions/io.k8s.api.core.v1.PodTemplateSpec"}},
     }
     definitions["dev.trainops.ReplicaSpec"] = replica
-    for group, version, kind, field, replica_types in TRAINING_KINDS:
+    for group, versions, kind, field, replica_types in TRAINING_KINDS:
         definitions[f"dev.trainops.{kind}"] = {
             "type": "object",
             "properties": {
@@ -94,7 +95,9 @@ def build(core_definitions: dict[str, Any]) -> dict[str, Any]:
                     },
                 },
             },
-            "x-kubernetes-group-version-kind": [{"group": group, "kind": kind, "version": version}],
+            "x-kubernetes-group-version-kind": [
+                {"group": group, "kind": kind, "version": version} for version in versions
+            ],
         }
     return {
         "swagger": "2.0",
