@@ -17,9 +17,15 @@ def health(script: str, obj: dict) -> tuple[str, str]:
     return result["status"], result["message"]
 
 
-def kubeflow_job(kind: str, *conditions: tuple[str, str, str], labels=None, suspend=False) -> dict:
+def kubeflow_job(
+    kind: str,
+    *conditions: tuple[str, str, str],
+    labels=None,
+    suspend=False,
+    api_version="kubeflow.org/v1",
+) -> dict:
     return {
-        "apiVersion": "kubeflow.org/v1",
+        "apiVersion": api_version,
         "kind": kind,
         "metadata": {"name": "llama", "namespace": "training", "labels": labels or {}},
         "spec": {"runPolicy": {"suspend": suspend}},
@@ -67,6 +73,47 @@ def test_training_operator_job_health(kind, conditions, status, words):
     got_status, message = health("kubeflow-job.lua", kubeflow_job(kind, *conditions))
     assert got_status == status
     assert words in message
+
+
+# What the MPI Operator v0.8.0 writes for an MPIJob v2beta1 (reasons MPIJob*, the
+# launcher as a replica type of its own).
+V2_CREATED = ("Created", "True", "MPIJob training/pi is created.")
+V2_RUNNING = ("Running", "True", "MPIJob training/pi is running.")
+V2_RUNNING_DONE = ("Running", "False", "MPIJob training/pi is running.")
+V2_SUCCEEDED = ("Succeeded", "True", "MPIJob training/pi successfully completed.")
+V2_FAILED = ("Failed", "True", "MPIJob training/pi has failed: launcher exited with code 1")
+V2_RESTARTING = ("Restarting", "True", "MPIJob training/pi is restarting: worker pod deleted")
+V2_SUSPENDED = ("Suspended", "True", "MPIJob suspended")
+
+
+@pytest.mark.parametrize(
+    ("conditions", "status", "words"),
+    [
+        ((), "Progressing", "Waiting for the training operator"),
+        ((V2_CREATED,), "Progressing", "waiting for pods"),
+        ((V2_CREATED, V2_RUNNING), "Progressing", "is running"),
+        ((V2_CREATED, V2_RUNNING, V2_RESTARTING), "Progressing", "is restarting"),
+        ((V2_CREATED, V2_RUNNING_DONE, V2_SUCCEEDED), "Healthy", "successfully completed"),
+        ((V2_CREATED, V2_RUNNING_DONE, V2_FAILED), "Degraded", "launcher exited"),
+        ((V2_CREATED, V2_SUSPENDED), "Suspended", "suspended"),
+    ],
+)
+def test_mpi_operator_v2beta1_mpijob_health(conditions, status, words):
+    job = kubeflow_job("MPIJob", *conditions, api_version="kubeflow.org/v2beta1")
+    job["status"]["replicaStatuses"] = {"Launcher": {"active": 1}, "Worker": {"active": 2}}
+    got_status, message = health("kubeflow-job.lua", job)
+    assert (got_status, words in message) == (status, True), message
+
+
+def test_a_v2beta1_mpijob_kueue_suspends_before_any_condition():
+    job = kubeflow_job(
+        "MPIJob",
+        labels={"kueue.x-k8s.io/queue-name": "training"},
+        suspend=True,
+        api_version="kubeflow.org/v2beta1",
+    )
+    status, message = health("kubeflow-job.lua", job)
+    assert (status, message) == ("Suspended", "Waiting for admission in Kueue queue training")
 
 
 def test_a_job_kueue_holds_back_is_suspended_and_says_which_queue():

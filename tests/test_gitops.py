@@ -60,10 +60,12 @@ def pod_specs(job: dict):
                 yield role, replica["template"]["spec"]
 
 
-def test_three_clusters_with_the_required_shapes():
-    assert CLUSTERS == ["lab-tcp", "prod-ib", "prod-roce"]
-    lab, ib, roce = (load_profile(p / "cluster.yaml") for p in OVERLAYS)
+def test_four_clusters_with_the_required_shapes():
+    assert CLUSTERS == ["lab-tcp", "prod-b200", "prod-ib", "prod-roce"]
+    lab, b200, ib, roce = (load_profile(p / "cluster.yaml") for p in OVERLAYS)
     assert (lab.fabric, lab.network, lab.gpusPerNode) == ("tcp", "macvlan", 1)
+    assert (b200.fabric, b200.mpiOperator) == ("ib", "mpi-operator")
+    assert {lab.mpiOperator, ib.mpiOperator, roce.mpiOperator} == {"training-operator"}
     assert (roce.fabric, roce.network, roce.gpusPerNode, roce.scheduler) == (
         "roce",
         "sriov-roce",
@@ -81,7 +83,7 @@ def test_every_overlay_run_and_argocd_validates_with_zero_errors(trainops):
     assert run.code == 0, run.out
     summary = json.loads(run.out)["summary"]
     assert summary["errors"] == 0
-    assert summary["targets"] >= 3 * 6 + 1  # platform, 4 templates and a run per cluster
+    assert summary["targets"] >= 4 * 6 + 1  # platform, 4 templates and a run per cluster
     warnings = [f for f in json.loads(run.out)["findings"] if f["severity"] == "warning"]
     assert warnings == []  # the mirror holds every pinned remote base
 
@@ -263,7 +265,8 @@ def test_committed_overlays_are_exactly_what_the_profiles_generate():
 
 def test_argocd_projects_list_every_cluster_and_every_rendered_kind():
     config = load_project_config(REPO)
-    assert (REPO / "argocd/projects.yaml").read_text() == render_projects(config.repo_url, CLUSTERS)
+    profiles = [load_profile(overlay / "cluster.yaml") for overlay in OVERLAYS]
+    assert (REPO / "argocd/projects.yaml").read_text() == render_projects(config.repo_url, profiles)
     projects = {
         p["metadata"]["name"]: p["spec"]
         for p in yaml.safe_load_all((REPO / "argocd/projects.yaml").read_text())
@@ -296,3 +299,96 @@ def test_every_repo_url_in_argocd_is_the_configured_one():
             for text in iter_strings(doc):
                 if "github.com" in text and text.endswith(".git"):
                     assert text == config.repo_url, path
+
+
+def _by_kind(docs: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for doc in docs:
+        out.setdefault(doc["kind"], []).append(doc)
+    return out
+
+
+def _deployment_args(docs: list[dict], name: str) -> list[str]:
+    [deployment] = [d for d in _by_kind(docs)["Deployment"] if d["metadata"]["name"] == name]
+    return deployment["spec"]["template"]["spec"]["containers"][0].get("args", [])
+
+
+def test_mpi_operator_cluster_has_one_owner_of_the_mpijob_crd():
+    """mpiOperator: mpi-operator installs the MPI Operator's CRD and keeps the
+    Training Operator off MPIJob; the other clusters keep the v1 CRD only."""
+    for overlay in OVERLAYS:
+        docs = kustomize(overlay)
+        kinds = _by_kind(docs)
+        crds = [
+            c for c in kinds["CustomResourceDefinition"] if c["spec"]["group"] == "kubeflow.org"
+        ]
+        [mpijobs] = [c for c in crds if c["metadata"]["name"] == "mpijobs.kubeflow.org"]
+        versions = [v["name"] for v in mpijobs["spec"]["versions"]]
+        training_operator = _deployment_args(docs, "training-operator")
+        if load_profile(overlay / "cluster.yaml").mpi_v2:
+            assert versions == ["v2beta1"]
+            assert training_operator[:5] == [
+                f"--enable-scheme={kind}"
+                for kind in ("pytorchjob", "tfjob", "xgboostjob", "paddlejob", "jaxjob")
+            ]
+            assert _deployment_args(docs, "mpi-operator")[:2] == [
+                "-alsologtostderr",
+                "--lock-namespace=mpi-operator",
+            ]
+            # The v1 kinds the Training Operator still serves keep their CRDs.
+            assert {c["spec"]["names"]["kind"] for c in crds} >= {"PyTorchJob", "TFJob", "MPIJob"}
+        else:
+            assert versions == ["v1"]
+            assert not any("--enable-scheme" in arg for arg in training_operator)
+            assert "mpi-operator" not in {d["metadata"]["name"] for d in kinds["Deployment"]}
+        for crd in crds:
+            annotations = crd["metadata"]["annotations"]
+            assert annotations["argocd.argoproj.io/sync-wave"] == "-2"
+            assert "ServerSideApply=true" in annotations["argocd.argoproj.io/sync-options"]
+
+
+def test_v2beta1_mpijob_template_keeps_every_promise_of_the_v1_one():
+    profile = load_profile(REPO / "overlays/prod-b200/cluster.yaml")
+    [job] = kustomize(REPO / "overlays/prod-b200/training/mpijob")
+    spec = job["spec"]
+    assert job["apiVersion"] == "kubeflow.org/v2beta1"
+    assert spec["mpiImplementation"] == "OpenMPI"
+    assert spec["launcherCreationPolicy"] == "WaitForWorkersReady"
+    assert spec["runLauncherAsWorker"] is False
+    assert spec["slotsPerWorker"] == profile.gpusPerNode
+    specs = dict(pod_specs(job))
+    launcher, worker = specs["Launcher"], specs["Worker"]
+    # The ranks run as the image's user: the keys go where its ssh and sshd look.
+    dockerfile = (REPO / "trainer/Dockerfile").read_text()
+    assert "useradd --uid 1000" in dockerfile and "--create-home" in dockerfile
+    assert spec["sshAuthMountPath"] == "/home/trainer/.ssh"
+    assert "HostKey /home/trainer/.ssh/id_rsa" in dockerfile
+    for pod in (launcher, worker):
+        assert pod["securityContext"]["runAsUser"] == 1000
+    container = worker["containers"][0]
+    assert container["command"][:2] == ["/usr/sbin/sshd", "-De"]
+    sshd_config = container["command"][container["command"].index("-f") + 1]
+    assert sshd_config in dockerfile and "Port 2222" in dockerfile
+    assert container["readinessProbe"]["tcpSocket"]["port"] == 2222
+    # Everything the v1 template guarantees.
+    limits = container["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == profile.gpusPerNode
+    assert limits[profile.rdmaResource] == profile.rdmaPerPod
+    assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"]
+    assert worker["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": profile.shmSize}
+    assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/checkpoints", "/dev/shm"}
+    assert worker["terminationGracePeriodSeconds"] > 30
+    assert worker["nodeSelector"] == {"nvidia.com/gpu.product": profile.gpuProduct}
+    assert "podAffinity" in worker["affinity"]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == profile.queue
+    annotations = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]
+    assert annotations["k8s.v1.cni.cncf.io/networks"] == "training-net"
+    # Ranks start over SSH: the launcher carries and forwards every variable they need.
+    command = launcher["containers"][0]["command"]
+    forwarded = {command[i + 1] for i, arg in enumerate(command) if arg == "-x"}
+    launcher_env = container_env(launcher["containers"][0])
+    for name in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE", "TRAINER_CHECKPOINT_DIR"):
+        assert name in forwarded and name in launcher_env, name
+    assert {"PATH", "LD_LIBRARY_PATH"} <= forwarded
+    assert "--allow-run-as-root" not in command
+    assert "nvidia.com/gpu" not in launcher["containers"][0]["resources"]["limits"]

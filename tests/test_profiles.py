@@ -105,6 +105,69 @@ def test_new_run_renders_a_job_named_after_the_run(trainops, workspace, template
     assert "--max-steps" in json.dumps(record["object"])
 
 
+def test_mpijob_run_on_an_mpi_operator_cluster_is_v2beta1(trainops, workspace):
+    run = trainops(
+        "new-run", "prod-b200", "allreduce-2", "--template", "mpijob", "--nodes", "2", cwd=workspace
+    )
+    assert run.code == 0, run.err
+    validate_clean(trainops, workspace, "overlays/prod-b200/runs/allreduce-2")
+    rendered = trainops(
+        "render", "--format", "json", "overlays/prod-b200/runs/allreduce-2", cwd=workspace
+    )
+    [record] = json.loads(rendered.out)
+    job = record["object"]
+    assert (job["apiVersion"], job["metadata"]["name"]) == ("kubeflow.org/v2beta1", "allreduce-2")
+    assert job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+
+
+def test_mpi_implementation_needs_an_mpi_operator_cluster(trainops, workspace):
+    run = trainops(
+        "new-run",
+        "prod-ib",
+        "x-1",
+        "--template",
+        "mpijob",
+        "--nodes",
+        "2",
+        "--mpi-implementation",
+        "MPICH",
+        "--image",
+        "r/mpich:1.0",
+        cwd=workspace,
+    )
+    assert run.code == 2 and "mpiOperator: mpi-operator" in run.err
+    assert len(run.err.strip().splitlines()) == 1 and status(workspace) == ""
+
+
+def test_switching_a_cluster_to_the_mpi_operator_rewrites_operators_templates_and_projects(
+    trainops, workspace
+):
+    run = trainops("set", "prod-ib", "mpiOperator=mpi-operator", cwd=workspace)
+    assert run.code == 0, run.err
+    for changed in (
+        "b/overlays/prod-ib/kustomization.yaml",
+        "b/overlays/prod-ib/training/mpijob/kustomization.yaml",
+        "b/argocd/projects.yaml",
+    ):
+        assert changed in run.out, changed
+    projects = (workspace / "argocd/projects.yaml").read_text()
+    assert "name: prod-ib\n    namespace: mpi-operator" in projects
+    report = validate_clean(trainops, workspace, "overlays/prod-ib")
+    # Gang scheduling reaches both operators; the Training Operator keeps its kinds.
+    rendered = trainops("render", "--format", "json", "overlays/prod-ib", cwd=workspace)
+    args = {
+        r["object"]["metadata"]["name"]: r["object"]["spec"]["template"]["spec"]["containers"][
+            0
+        ].get("args", [])
+        for r in json.loads(rendered.out)
+        if r["object"]["kind"] == "Deployment"
+    }
+    assert "--gang-scheduling=volcano" in args["mpi-operator"]
+    assert "--gang-scheduler-name=volcano" in args["training-operator"]
+    assert "--enable-scheme=pytorchjob" in args["training-operator"]
+    assert report["summary"]["errors"] == 0
+
+
 def _changed_lines(old: str, new: str) -> list[tuple[str, str]]:
     old_lines, new_lines = old.splitlines(), new.splitlines()
     assert len(old_lines) == len(new_lines)
@@ -236,7 +299,7 @@ def _readme_commands(readme: str) -> list[list[str]]:
     return commands
 
 
-def test_a_new_user_follows_the_readme_to_a_fourth_cluster_and_a_run(trainops, workspace):
+def test_a_new_user_follows_the_readme_to_a_new_cluster_and_a_run(trainops, workspace):
     commands = _readme_commands((workspace / "README.md").read_text())
     verbs = [words[0] for words in commands]
     assert "new-cluster" in verbs and "new-run" in verbs
@@ -244,5 +307,5 @@ def test_a_new_user_follows_the_readme_to_a_fourth_cluster_and_a_run(trainops, w
         run = trainops(*words, cwd=workspace)
         assert run.code == 0, (words, run.err, run.out)
     clusters = sorted(p.parent.name for p in (workspace / "overlays").glob("*/cluster.yaml"))
-    assert len(clusters) == 4
+    assert len(clusters) == 5
     validate_clean(trainops, workspace, "overlays")

@@ -1,7 +1,9 @@
--- Argo CD health of a Kubeflow Training Operator v1 job (PyTorchJob, MPIJob,
--- TFJob...). The operator records Created, Running, Restarting, Suspended,
--- Succeeded and Failed conditions; a condition counts while its status is "True".
--- A job still training is Progressing, as Argo CD treats a batch Job.
+-- Argo CD health of a Kubeflow training job: the Training Operator's v1 kinds
+-- (PyTorchJob, MPIJob, TFJob...) and the MPI Operator v2's MPIJob v2beta1, which
+-- Argo CD keys by group and kind alike. Both operators record Created, Running,
+-- Restarting, Suspended, Succeeded and Failed conditions and honour
+-- runPolicy.suspend; a condition counts while its status is "True". A job still
+-- training is Progressing, as Argo CD treats a batch Job.
 local hs = {}
 local active = {}
 if obj.status ~= nil and obj.status.conditions ~= nil then

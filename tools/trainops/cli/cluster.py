@@ -11,15 +11,14 @@ import click
 from trainops.cli.common import project_config
 from trainops.errors import InputError
 from trainops.profile.edit import parse_assignment
-from trainops.profile.model import FABRICS, FIELD_DOCS, SCHEDULERS
-from trainops.profile.runs import TEMPLATES
+from trainops.profile.model import FABRICS, FIELD_DOCS, MPI_OPERATORS, SCHEDULERS
+from trainops.profile.runs import MPI_IMPLEMENTATIONS, TEMPLATES
 from trainops.profile.writer import (
     FileChange,
     WriteResult,
     apply_changes,
     plan_set,
     profile_values,
-    sync_projects,
     write_cluster,
     write_run,
 )
@@ -56,6 +55,7 @@ def report(result: WriteResult) -> None:
 @click.option("--gpu-product", help=FIELD_DOCS["gpuProduct"])
 @click.option("--topology-key", help=FIELD_DOCS["topologyKey"])
 @click.option("--image", help=FIELD_DOCS["image"])
+@click.option("--mpi-operator", type=click.Choice(MPI_OPERATORS), help=FIELD_DOCS["mpiOperator"])
 @click.option(
     "--from",
     "from_file",
@@ -108,6 +108,7 @@ def _values_from_flags(flags: dict) -> dict:
         "gpu_product": "gpuProduct",
         "topology_key": "topologyKey",
         "image": "image",
+        "mpi_operator": "mpiOperator",
     }
     values = {}
     for flag, key in names.items():
@@ -153,7 +154,6 @@ def set_profile(overlay, assignments, dry_run):
         click.echo(f"dry run: {len(changes)} file(s) would change")
     else:
         result = apply_changes(changes)
-        result.merge(sync_projects(root))
         click.echo(
             f"{len(result.written) + len(result.removed)} file(s) changed; next: "
             f"trainops validate overlays/{name}"
@@ -184,13 +184,21 @@ def unified_diff(changes: list[FileChange], root: Path) -> str:
     default="pytorchjob",
     show_default=True,
     help="pytorchjob: Master + Workers; elastic: Workers that may shrink and grow; "
-    "mpijob: mpirun launcher + Workers.",
+    "mpijob: mpirun launcher + Workers (kubeflow.org/v1, or v2beta1 where the cluster "
+    "runs the MPI Operator).",
 )
 @click.option("--nodes", type=int, required=True, help="Nodes (pods) the run uses.")
 @click.option("--image", help="Trainer image for this run (tag or digest); default: the cluster's.")
+@click.option(
+    "--mpi-implementation",
+    type=click.Choice(MPI_IMPLEMENTATIONS),
+    help="mpijob runs on an MPI Operator cluster: the MPI the image ships (default OpenMPI; "
+    "Intel and MPICH need --image and get Hydra's mpirun, which passes the whole launcher "
+    "environment).",
+)
 @click.option("--force", is_flag=True, help="Overwrite a run that was never synced.")
 @click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED)
-def new_run(cluster, run, template, nodes, image, force, trainer_args):
+def new_run(cluster, run, template, nodes, image, mpi_implementation, force, trainer_args):
     """Create overlays/CLUSTER/runs/RUN/: a job named RUN on the cluster's template.
 
     Arguments after `--` are the trainer's (they replace the template's):
@@ -204,5 +212,9 @@ def new_run(cluster, run, template, nodes, image, force, trainer_args):
     tag and the arguments. Push the directory and Argo CD starts the run.
     """
     args = list(trainer_args) if trainer_args else None
-    report(write_run(repository_root(), cluster, run, template, nodes, image, args, force))
+    report(
+        write_run(
+            repository_root(), cluster, run, template, nodes, image, args, force, mpi_implementation
+        )
+    )
     click.echo(f"next: trainops validate overlays/{cluster}/runs/{run}")

@@ -28,6 +28,7 @@ NETWORKS = {
 SCHEDULERS = ("default", "kueue", "volcano")
 GPUDIRECT = ("dmabuf", "peermem", "none")
 PLACEMENTS = ("pack", "spread")
+MPI_OPERATORS = ("training-operator", "mpi-operator")
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|Pi)?$")
 _IMAGE = re.compile(r"^[^\s@:]+(:[^\s@:/]+)?(@sha256:[0-9a-f]{64})?$")
@@ -63,10 +64,16 @@ class ClusterProfile:
     memoryPerPod: str = ""
     shmSize: str = ""
     nccl: dict[str, str] = field(default_factory=dict)
+    mpiOperator: str = "training-operator"
 
     @property
     def rdma(self) -> bool:
         return self.fabric in ("roce", "ib")
+
+    @property
+    def mpi_v2(self) -> bool:
+        """MPIJobs are the MPI Operator's kubeflow.org/v2beta1 ones."""
+        return self.mpiOperator == "mpi-operator"
 
     @property
     def image_name(self) -> str:
@@ -109,6 +116,8 @@ FIELD_DOCS = {
     "memoryPerPod": "memory each training pod requests (default: 96Gi per GPU)",
     "shmSize": "size of /dev/shm (memory-backed) in each pod (default: 8Gi per GPU)",
     "nccl": "extra NCCL_* variables for this cluster (name: value)",
+    "mpiOperator": "who serves MPIJob: training-operator (kubeflow.org/v1) or mpi-operator "
+    "(MPI Operator v2, kubeflow.org/v2beta1)",
 }
 
 FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -136,6 +145,7 @@ FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "memoryPerPod": str,
     "shmSize": str,
     "nccl": dict,
+    "mpiOperator": str,
 }
 REQUIRED = ("fabric", "gpusPerNode", "nodes", "image", "storageClass")
 
@@ -237,6 +247,8 @@ def _check(p: ClusterProfile, fail) -> None:
         raise fail("gpudirect", f"must be one of {', '.join(GPUDIRECT)}")
     if p.scheduler not in SCHEDULERS:
         raise fail("scheduler", f"must be one of {', '.join(SCHEDULERS)}, not {p.scheduler!r}")
+    if p.mpiOperator not in MPI_OPERATORS:
+        raise fail("mpiOperator", f"must be one of {', '.join(MPI_OPERATORS)}")
     if p.placement not in PLACEMENTS:
         raise fail("placement", f"must be one of {', '.join(PLACEMENTS)}")
     if not 1 <= p.gpusPerNode <= 16:

@@ -67,9 +67,32 @@ def cluster_env(profile: ClusterProfile) -> list[tuple[str, str]]:
     return env
 
 
+# The namespace each base/operators directory installs into.
+OPERATOR_NAMESPACES = {
+    "multus": "kube-system",
+    "training-operator": "kubeflow",
+    "training-operator-without-mpijob": "kubeflow",
+    "mpi-operator": "mpi-operator",
+}
+
+
+def operators(p: ClusterProfile) -> list[str]:
+    """The directories under base/operators this cluster installs."""
+    if p.mpi_v2:
+        # One owner per CRD name: mpijobs.kubeflow.org is the MPI Operator's here.
+        return ["training-operator-without-mpijob", "mpi-operator", "multus"]
+    return ["training-operator", "multus"]
+
+
+def platform_namespaces(p: ClusterProfile) -> list[str]:
+    """Namespaces the cluster's platform Application writes to."""
+    found = ["training", *(OPERATOR_NAMESPACES[name] for name in operators(p))]
+    return list(dict.fromkeys(found))
+
+
 def _platform_kustomization(p: ClusterProfile) -> str:
     resources = [
-        f"{BASE}/operators",
+        *(f"{BASE}/operators/{name}" for name in operators(p)),
         f"{BASE}/gpu",
         f"{BASE}/networks/{p.network}",
         f"{BASE}/training/platform",
@@ -372,7 +395,7 @@ def _mpijob_patch(p: ClusterProfile) -> str:
     if env:
         launcher["env"] = [{"name": k, "value": v} for k, v in env]
     doc = {
-        "apiVersion": "kubeflow.org/v1",
+        "apiVersion": mpijob_api_version(p),
         "kind": "MPIJob",
         "metadata": {"name": "any"},
         "spec": {
@@ -397,11 +420,18 @@ def _mpi_forward(p: ClusterProfile) -> str:
     return _doc(p, ops, comment=comment)
 
 
+def mpijob_api_version(p: ClusterProfile) -> str:
+    return "kubeflow.org/v2beta1" if p.mpi_v2 else "kubeflow.org/v1"
+
+
 def _template_kustomization(p: ClusterProfile, template: str) -> str:
+    base = template
+    if template == "mpijob" and p.mpi_v2:
+        base = "mpijob-v2beta1"
     doc = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "resources": [f"../../{BASE}/training/{template}"],
+        "resources": [f"../../{BASE}/training/{base}"],
         "components": ["../cluster"],
     }
     comment = (

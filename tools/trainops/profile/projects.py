@@ -1,7 +1,8 @@
 """Generates argocd/projects.yaml: least-privilege AppProjects for every cluster.
 
 Destinations name each cluster and namespace explicitly (no wildcards), so
-the projects are regenerated whenever a cluster is added. Three projects
+the projects are regenerated whenever a cluster is added or its profile changes
+what it installs. Three projects
 separate what may reach a cluster: the platform (this repository, a fixed
 list of cluster-scoped kinds), the Helm add-ons (their chart repositories,
 their own namespaces) and the runs (only training job kinds in the training
@@ -12,10 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainops.profile.model import ClusterProfile
+from trainops.profile.overlay import platform_namespaces
 from trainops.yamlio import dump
 
 TRAINING_NAMESPACE = "training"
-PLATFORM_NAMESPACES = (TRAINING_NAMESPACE, "kubeflow", "kube-system")
 ADDON_SOURCES = (
     "https://helm.ngc.nvidia.com/nvidia",
     "registry.k8s.io/kueue/charts",
@@ -77,6 +79,14 @@ def _destinations(clusters: list[str], namespaces: tuple[str, ...]) -> list[dict
     return [{"name": c, "namespace": ns} for c in sorted(clusters) for ns in namespaces]
 
 
+def _platform_destinations(profiles: list[ClusterProfile]) -> list[dict[str, str]]:
+    return [
+        {"name": p.name, "namespace": ns}
+        for p in sorted(profiles, key=lambda p: p.name)
+        for ns in platform_namespaces(p)
+    ]
+
+
 def _project(name: str, description: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "argoproj.io/v1alpha1",
@@ -86,14 +96,15 @@ def _project(name: str, description: str, spec: dict[str, Any]) -> dict[str, Any
     }
 
 
-def render_projects(repo_url: str, clusters: list[str]) -> str:
+def render_projects(repo_url: str, profiles: list[ClusterProfile]) -> str:
+    clusters = [p.name for p in profiles]
     projects = [
         _project(
             "trainops-platform",
             "Operators, networks, GPU policy, storage and queues of each training cluster",
             {
                 "sourceRepos": [repo_url],
-                "destinations": _destinations(clusters, PLATFORM_NAMESPACES),
+                "destinations": _platform_destinations(profiles),
                 "clusterResourceWhitelist": _kinds(PLATFORM_CLUSTER_KINDS),
                 "namespaceResourceWhitelist": _kinds(PLATFORM_NAMESPACED_KINDS),
             },

@@ -1,6 +1,7 @@
 """Generates a run: a kustomization on the cluster's job template that sets only
 what a run changes (name, image tag, arguments, replicas, and what follows
-from them: elastic bounds and rendezvous id, Volcano's minAvailable)."""
+from them: elastic bounds and rendezvous id, Volcano's minAvailable; for an
+MPI Operator v2 run on another MPI implementation, that and its mpirun)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ from trainops.yamlio import dump
 
 TEMPLATES = {"pytorchjob": "PyTorchJob", "elastic": "PyTorchJob", "mpijob": "MPIJob"}
 TEMPLATE_NAMES = {"pytorchjob": "train", "elastic": "train-elastic", "mpijob": "train-mpi"}
+MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
+# Hydra's mpirun (Intel MPI, MPICH) passes the launcher's whole environment to the
+# ranks and knows none of Open MPI's -x or --bind-to: the template's command is
+# replaced, not patched.
+HYDRA_COMMAND = ["mpirun", "python", "-m", "trainer"]
 _RUN_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_RUN_NAME = 45  # pods are named <job>-worker-<n> and must stay within 63 characters
 
@@ -32,11 +38,13 @@ def generate_run(
     nodes: int,
     image: str | None = None,
     args: list[str] | None = None,
+    mpi_implementation: str | None = None,
 ) -> str:
     """The run's kustomization.yaml."""
     check_run_name(name)
     if template not in TEMPLATES:
         raise InputError(f"unknown template {template!r}: use {', '.join(TEMPLATES)}")
+    _check_mpi_implementation(profile, template, image, mpi_implementation)
     if nodes < 1 or nodes > profile.nodes:
         raise InputError(f"--nodes must be between 1 and the cluster's {profile.nodes} nodes")
     if template == "pytorchjob" and nodes < 2:
@@ -66,6 +74,14 @@ def generate_run(
         ops.append(_replace("/spec/mpiReplicaSpecs/Worker/replicas", nodes))
         containers = ["/spec/mpiReplicaSpecs/Launcher/template/spec/containers/0/args"]
         pods = nodes + 1
+        if mpi_implementation not in (None, "OpenMPI"):
+            ops.append(_replace("/spec/mpiImplementation", mpi_implementation))
+            ops.append(
+                _replace(
+                    "/spec/mpiReplicaSpecs/Launcher/template/spec/containers/0/command",
+                    HYDRA_COMMAND,
+                )
+            )
     if profile.scheduler == "volcano":
         # Gang scheduling: the PodGroup admits the job only when every pod fits.
         ops.append(_replace("/spec/runPolicy/schedulingPolicy/minAvailable", pods))
@@ -91,6 +107,27 @@ def generate_run(
         "# (a new directory) instead of editing this one.\n"
     )
     return header + dump(doc)
+
+
+def _check_mpi_implementation(
+    profile: ClusterProfile, template: str, image: str | None, implementation: str | None
+) -> None:
+    if implementation is None:
+        return
+    if implementation not in MPI_IMPLEMENTATIONS:
+        raise InputError(
+            f"--mpi-implementation {implementation!r}: use {', '.join(MPI_IMPLEMENTATIONS)}"
+        )
+    if template != "mpijob" or not profile.mpi_v2:
+        raise InputError(
+            "--mpi-implementation applies to mpijob runs on a cluster whose MPIJobs belong "
+            "to the MPI Operator (mpiOperator: mpi-operator)"
+        )
+    if implementation != "OpenMPI" and not image:
+        raise InputError(
+            f"--mpi-implementation {implementation}: the cluster's trainer image ships Open "
+            f"MPI; give --image with {implementation} MPI installed"
+        )
 
 
 def _replace(path: str, value: Any) -> dict[str, Any]:

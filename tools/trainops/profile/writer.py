@@ -171,20 +171,32 @@ def plan_set(root: Path, name: str, assignments: list[Assignment]) -> list[FileC
     where = display_path(path)
     profile = parse_profile(load_yaml_mapping(new, where), name, where, new)
     changes = [FileChange(path, old, new)] if new != old else []
-    return changes + plan_overlay(root, name, profile)
+    changes += plan_overlay(root, name, profile)
+    projects = plan_projects(root, profile)
+    return changes + ([projects] if projects else [])
+
+
+def plan_projects(root: Path, edited: ClusterProfile | None = None) -> FileChange | None:
+    """argocd/projects.yaml for the clusters under overlays/ (`edited` replacing its own)."""
+    from trainops.config import load_project_config
+
+    path = root / PROJECTS
+    if not path.parent.is_dir():
+        return None
+    profiles = [load_profile(p) for p in sorted((root / "overlays").glob(f"*/{PROFILE}"))]
+    if edited is not None:
+        profiles = [edited if p.name == edited.name else p for p in profiles]
+    text = render_projects(load_project_config(root).repo_url, profiles)
+    old = path.read_text() if path.is_file() else None
+    return FileChange(path, old, text) if old != text else None
 
 
 def sync_projects(root: Path) -> WriteResult:
     """Rewrite argocd/projects.yaml for the clusters under overlays/."""
-    from trainops.config import load_project_config
-
     result = WriteResult()
-    path = root / PROJECTS
-    if not path.parent.is_dir():
-        return result
-    clusters = sorted(p.parent.name for p in (root / "overlays").glob(f"*/{PROFILE}"))
-    repo_url = load_project_config(root).repo_url
-    _record(result, path, write_if_changed(path, render_projects(repo_url, clusters)))
+    change = plan_projects(root)
+    if change is not None:
+        result.merge(apply_changes([change]))
     return result
 
 
@@ -197,13 +209,14 @@ def write_run(
     image: str | None,
     args: list[str] | None,
     force: bool,
+    mpi_implementation: str | None = None,
 ) -> WriteResult:
     check_run_name(run)
     overlay = root / "overlays" / cluster
     if not (overlay / PROFILE).is_file():
         raise InputError(f"no cluster {cluster!r}: overlays/{cluster}/{PROFILE} does not exist")
     profile = load_profile(overlay / PROFILE)
-    text = generate_run(profile, run, template, nodes, image, args)
+    text = generate_run(profile, run, template, nodes, image, args, mpi_implementation)
     path = overlay / "runs" / run / "kustomization.yaml"
     if path.exists() and path.read_text() != text and not force:
         raise InputError(
