@@ -139,19 +139,103 @@ def trainjob(*conditions, suspend=False) -> dict:
     }
 
 
+# What Trainer v2.3.0 writes: Suspended (True, or False with reason Resumed),
+# Complete, Failed; no Created condition.
+RESUMED = ("Suspended", "False", "TrainJob is resumed")
+
+
 @pytest.mark.parametrize(
     ("conditions", "suspend", "status"),
     [
         ((), False, "Progressing"),
-        ((("Created", "True", "JobSet created"),), False, "Progressing"),
-        ((("Created", "True", ""), ("Complete", "True", "TrainJob completed")), False, "Healthy"),
-        ((("Created", "True", ""), ("Failed", "True", "JobSet failed")), False, "Degraded"),
+        ((RESUMED,), False, "Progressing"),
+        ((RESUMED, ("Complete", "True", "TrainJob completed")), False, "Healthy"),
+        ((RESUMED, ("Failed", "True", "jobset failed: node-0 exit 1")), False, "Degraded"),
         ((("Suspended", "True", "TrainJob is suspended"),), True, "Suspended"),
         ((), True, "Suspended"),
     ],
 )
 def test_trainjob_health(conditions, suspend, status):
     assert health("trainjob.lua", trainjob(*conditions, suspend=suspend))[0] == status
+
+
+def test_a_running_trainjob_says_which_jobs_are_ready():
+    job = trainjob(RESUMED)
+    job["status"]["jobsStatus"] = [
+        {"name": "node", "active": 4, "ready": 3, "succeeded": 0, "failed": 0, "suspended": 0},
+        {"name": "dataset-initializer", "active": 0, "succeeded": 1},
+    ]
+    assert health("trainjob.lua", job) == ("Progressing", "Training: node 3/4 ready")
+
+
+def test_a_trainjob_kueue_holds_back_says_which_queue():
+    job = trainjob(("Suspended", "True", "TrainJob is suspended"), suspend=True)
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "training"}
+    assert health("trainjob.lua", job) == (
+        "Suspended",
+        "Waiting for admission in Kueue queue training",
+    )
+
+
+def test_a_failed_trainjob_keeps_the_controllers_message():
+    job = trainjob(RESUMED, ("Failed", "True", "jobset failed: node-0 exit 1"))
+    assert health("trainjob.lua", job) == ("Degraded", "jobset failed: node-0 exit 1")
+
+
+def jobset(*conditions, suspend=False, restarts=0, ready=None, terminal=None) -> dict:
+    status = {
+        "conditions": [
+            {"type": t, "status": s, "reason": t, "message": m} for t, s, m in conditions
+        ],
+        "restarts": restarts,
+    }
+    if ready is not None:
+        status["replicatedJobsStatus"] = [
+            {"name": name, "ready": count, "active": count, "succeeded": 0, "failed": 0}
+            for name, count in ready.items()
+        ]
+    if terminal:
+        status["terminalState"] = terminal
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "llama", "namespace": "training"},
+        "spec": {"suspend": suspend, "replicatedJobs": []},
+        "status": status,
+    }
+
+
+@pytest.mark.parametrize(
+    ("obj", "status", "words"),
+    [
+        (jobset(), "Progressing", "Waiting for the JobSet controller"),
+        (jobset(ready={"node": 1, "launcher": 0}), "Progressing", "1 job(s) ready in 2"),
+        (jobset(ready={"node": 4}, restarts=2), "Progressing", "after 2 restart(s)"),
+        (
+            jobset(("StartupPolicyInProgress", "True", "in order startup policy in progress")),
+            "Progressing",
+            "in order",
+        ),
+        (jobset(("Completed", "True", "jobset completed successfully")), "Healthy", "completed"),
+        (jobset(terminal="Completed"), "Healthy", "completed"),
+        (
+            jobset(("Failed", "True", "jobset failed due to reaching max number of restarts")),
+            "Degraded",
+            "max number of restarts",
+        ),
+        (jobset(terminal="Failed", restarts=6), "Degraded", "after 6 restart(s)"),
+        (jobset(("Suspended", "True", "jobset is suspended")), "Suspended", "suspended"),
+        (jobset(suspend=True), "Suspended", "suspended"),
+    ],
+)
+def test_jobset_health(obj, status, words):
+    got_status, message = health("jobset.lua", obj)
+    assert (got_status, words in message) == (status, True), message
+
+
+def test_jobset_without_status_at_all():
+    obj = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "j"}}
+    assert health("jobset.lua", obj) == ("Progressing", "Waiting for the JobSet controller")
 
 
 @pytest.mark.parametrize(
@@ -172,7 +256,12 @@ def test_clusterpolicy_health(state, status):
 
 def test_every_script_is_wired_into_argocd_cm():
     kustomization = (REPO / "argocd" / "kustomization.yaml").read_text()
-    for kind in ("kubeflow.org_PyTorchJob", "kubeflow.org_MPIJob", "trainer.kubeflow.org_TrainJob"):
+    for kind in (
+        "kubeflow.org_PyTorchJob",
+        "kubeflow.org_MPIJob",
+        "trainer.kubeflow.org_TrainJob",
+        "jobset.x-k8s.io_JobSet",
+    ):
         assert f"resource.customizations.health.{kind}=health/" in kustomization
     for script in HEALTH.glob("*.lua"):
         assert f"=health/{script.name}" in kustomization

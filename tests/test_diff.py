@@ -168,3 +168,31 @@ def test_built_in_immutables_no_rule_expresses():
         "data": {"a": "1"},
     }
     assert _hazards(config, lambda o: o["data"].update(a="2"))
+
+
+def test_an_edited_trainjob_run_is_immutable_and_a_runtime_change_reaches_new_runs_only(
+    trainops, workspace
+):
+    run = workspace / "overlays/prod-b200/runs/llama-pretrain-1124/kustomization.yaml"
+    run.write_text(run.read_text().replace("value: 4\n", "value: 6\n"))
+    assert trainops("set", "prod-b200", "nccl.NCCL_IB_TIMEOUT=23", cwd=workspace).code == 0
+    report = diff_json(trainops, workspace)
+    warnings = {r["resource"]: r["warnings"] for r in report["resources"]}
+    edited = warnings["TrainJob/training/llama-pretrain-1124"]
+    assert any(w.startswith("spec.trainer: ") and "field is immutable" in w for w in edited)
+    assert any("already exists" in w for w in edited)
+    runtime = warnings["ClusterTrainingRuntime/torch-distributed-ib"]
+    assert any("only TrainJobs created afterwards" in w for w in runtime)
+
+
+def test_switching_mpijob_to_the_mpi_operator_warns_that_the_crd_takes_its_jobs(
+    trainops, workspace
+):
+    assert trainops("set", "prod-ib", "mpiOperator=mpi-operator", cwd=workspace).code == 0
+    report = diff_json(trainops, workspace, "overlays/prod-ib")
+    [crd] = [
+        r
+        for r in report["resources"]
+        if r["resource"] == "CustomResourceDefinition/mpijobs.kubeflow.org"
+    ]
+    assert any("no longer serves v1" in w and "deletes every object" in w for w in crd["warnings"])

@@ -20,6 +20,7 @@ from trainops.render.inputs import iter_strings
 
 OVERLAYS = sorted(p.parent for p in (REPO / "overlays").glob("*/cluster.yaml"))
 CLUSTERS = [p.name for p in OVERLAYS]
+V1_CLUSTERS = [p.name for p in OVERLAYS if load_profile(p / "cluster.yaml").trainer_v1]
 
 
 # An overlay's patch that sets one NCCL variable on the Workers only.
@@ -64,8 +65,9 @@ def test_four_clusters_with_the_required_shapes():
     assert CLUSTERS == ["lab-tcp", "prod-b200", "prod-ib", "prod-roce"]
     lab, b200, ib, roce = (load_profile(p / "cluster.yaml") for p in OVERLAYS)
     assert (lab.fabric, lab.network, lab.gpusPerNode) == ("tcp", "macvlan", 1)
-    assert (b200.fabric, b200.mpiOperator) == ("ib", "mpi-operator")
+    assert (b200.fabric, b200.trainer, b200.mpiOperator) == ("ib", "v2", "mpi-operator")
     assert {lab.mpiOperator, ib.mpiOperator, roce.mpiOperator} == {"training-operator"}
+    assert {lab.trainer, ib.trainer, roce.trainer} == {"v1"}
     assert (roce.fabric, roce.network, roce.gpusPerNode, roce.scheduler) == (
         "roce",
         "sriov-roce",
@@ -167,7 +169,7 @@ def test_mpi_launcher_forwards_every_worker_variable(cluster):
     assert "-np" not in command
 
 
-@pytest.mark.parametrize("cluster", CLUSTERS)
+@pytest.mark.parametrize("cluster", V1_CLUSTERS)
 def test_templates_honour_the_profile(cluster):
     profile = load_profile(REPO / "overlays" / cluster / "cluster.yaml")
     [job] = kustomize(REPO / "overlays" / cluster / "training" / "pytorchjob")
@@ -314,8 +316,9 @@ def _deployment_args(docs: list[dict], name: str) -> list[str]:
 
 
 def test_mpi_operator_cluster_has_one_owner_of_the_mpijob_crd():
-    """mpiOperator: mpi-operator installs the MPI Operator's CRD and keeps the
-    Training Operator off MPIJob; the other clusters keep the v1 CRD only."""
+    """mpiOperator: mpi-operator installs the MPI Operator's CRD, and no Training Operator
+    MPIJob; the other clusters keep the v1 CRD only. (tests/test_profiles.py covers a
+    cluster that runs both operators.)"""
     for overlay in OVERLAYS:
         docs = kustomize(overlay)
         kinds = _by_kind(docs)
@@ -324,23 +327,21 @@ def test_mpi_operator_cluster_has_one_owner_of_the_mpijob_crd():
         ]
         [mpijobs] = [c for c in crds if c["metadata"]["name"] == "mpijobs.kubeflow.org"]
         versions = [v["name"] for v in mpijobs["spec"]["versions"]]
-        training_operator = _deployment_args(docs, "training-operator")
+        deployments = {d["metadata"]["name"] for d in kinds["Deployment"]}
         if load_profile(overlay / "cluster.yaml").mpi_v2:
             assert versions == ["v2beta1"]
-            assert training_operator[:5] == [
-                f"--enable-scheme={kind}"
-                for kind in ("pytorchjob", "tfjob", "xgboostjob", "paddlejob", "jaxjob")
-            ]
             assert _deployment_args(docs, "mpi-operator")[:2] == [
                 "-alsologtostderr",
                 "--lock-namespace=mpi-operator",
             ]
-            # The v1 kinds the Training Operator still serves keep their CRDs.
-            assert {c["spec"]["names"]["kind"] for c in crds} >= {"PyTorchJob", "TFJob", "MPIJob"}
+            # trainer: v2 here, so no Training Operator and none of its v1 kinds.
+            assert {c["spec"]["names"]["kind"] for c in crds} == {"MPIJob"}
+            assert "training-operator" not in deployments
         else:
             assert versions == ["v1"]
+            training_operator = _deployment_args(docs, "training-operator")
             assert not any("--enable-scheme" in arg for arg in training_operator)
-            assert "mpi-operator" not in {d["metadata"]["name"] for d in kinds["Deployment"]}
+            assert "mpi-operator" not in deployments
         for crd in crds:
             annotations = crd["metadata"]["annotations"]
             assert annotations["argocd.argoproj.io/sync-wave"] == "-2"
@@ -392,3 +393,134 @@ def test_v2beta1_mpijob_template_keeps_every_promise_of_the_v1_one():
     assert {"PATH", "LD_LIBRARY_PATH"} <= forwarded
     assert "--allow-run-as-root" not in command
     assert "nvidia.com/gpu" not in launcher["containers"][0]["resources"]["limits"]
+
+
+def _runtime(docs: list[dict], name: str) -> dict:
+    [runtime] = [
+        d for d in docs if d["kind"] == "ClusterTrainingRuntime" and d["metadata"]["name"] == name
+    ]
+    return runtime
+
+
+def _replicated_pods(runtime: dict) -> dict[str, dict]:
+    return {
+        job["name"]: job["template"]["spec"]["template"]
+        for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    }
+
+
+def test_trainer_v2_cluster_installs_trainer_and_jobset_with_their_certificates():
+    docs = kustomize(REPO / "overlays/prod-b200")
+    kinds = _by_kind(docs)
+    deployments = {d["metadata"]["name"]: d for d in kinds["Deployment"]}
+    assert {"kubeflow-trainer-controller-manager", "jobset-controller-manager"} <= set(deployments)
+    for crd in kinds["CustomResourceDefinition"]:
+        annotations = crd["metadata"]["annotations"]
+        assert annotations["argocd.argoproj.io/sync-wave"] == "-2", crd["metadata"]["name"]
+        if crd["spec"]["group"] != "k8s.cni.cncf.io":  # Multus's small one
+            assert "ServerSideApply=true" in annotations["argocd.argoproj.io/sync-options"]
+    groups = {c["spec"]["group"] for c in kinds["CustomResourceDefinition"]}
+    assert {"trainer.kubeflow.org", "jobset.x-k8s.io"} <= groups
+    # The webhooks' certificates are the controllers' to fill: empty in Git, mounted.
+    secrets = {(s["metadata"]["namespace"], s["metadata"]["name"]): s for s in kinds["Secret"]}
+    for namespace, name, deployment in (
+        ("kubeflow-system", "kubeflow-trainer-webhook-cert", "kubeflow-trainer-controller-manager"),
+        ("jobset-system", "jobset-webhook-server-cert", "jobset-controller-manager"),
+    ):
+        assert not secrets[(namespace, name)].get("data")
+        volumes = deployments[deployment]["spec"]["template"]["spec"]["volumes"]
+        assert name in {v.get("secret", {}).get("secretName") for v in volumes}
+    webhooks = [w for d in kinds["ValidatingWebhookConfiguration"] for w in d["webhooks"]]
+    trainer_hooks = [w for w in webhooks if "trainer.kubeflow.org" in w["name"]]
+    namespaces = {w["clientConfig"]["service"]["namespace"] for w in trainer_hooks}
+    assert trainer_hooks and namespaces == {"kubeflow-system"}
+    # Runtimes after the webhook that validates them, and before any run.
+    for runtime in kinds["ClusterTrainingRuntime"]:
+        annotations = runtime["metadata"]["annotations"]
+        assert annotations["argocd.argoproj.io/sync-wave"] == "-1"
+        assert "SkipDryRunOnMissingResource=true" in annotations["argocd.argoproj.io/sync-options"]
+    [preflight] = kinds["TrainJob"]
+    assert preflight["metadata"]["annotations"]["argocd.argoproj.io/hook"] == "PostSync"
+    assert preflight["spec"]["runtimeRef"]["name"] == "torch-distributed-ib"
+
+
+def test_the_platforms_argo_cd_application_leaves_the_certificates_to_the_operators():
+    [appset] = yaml.safe_load_all((REPO / "argocd/applicationsets/platform.yaml").read_text())
+    spec = appset["spec"]["template"]["spec"]
+    assert "RespectIgnoreDifferences=true" in spec["syncPolicy"]["syncOptions"]
+    ignored = {(i.get("kind"), i.get("name")) for i in spec["ignoreDifferences"]}
+    docs = kustomize(REPO / "overlays/prod-b200") + kustomize(REPO / "overlays/prod-roce")
+    certificates = [
+        d["metadata"]["name"]
+        for d in docs
+        if d["kind"] == "Secret" and d["metadata"]["name"].endswith("-cert")
+    ]
+    assert len(certificates) == 3
+    for name in certificates:
+        assert ("Secret", name) in ignored
+    assert {
+        ("ValidatingWebhookConfiguration", None),
+        ("MutatingWebhookConfiguration", None),
+        ("CustomResourceDefinition", None),
+    } <= ignored
+
+
+@pytest.mark.parametrize("name", ["torch-distributed-ib", "mpi-distributed-ib"])
+def test_cluster_runtimes_carry_everything_the_v1_templates_carry(name):
+    profile = load_profile(REPO / "overlays/prod-b200/cluster.yaml")
+    runtime = _runtime(kustomize(REPO / "overlays/prod-b200"), name)
+    pods = _replicated_pods(runtime)
+    node = pods["node"]
+    spec, container = node["spec"], node["spec"]["containers"][0]
+    assert node["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] == "training-net"
+    env = container_env(container)
+    assert env["NCCL_IB_HCA"] == "=" + ",".join(profile.hca)
+    assert env["NCCL_SOCKET_IFNAME"] == "=net1" and env["NCCL_IB_DISABLE"] == "0"
+    limits = container["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == profile.gpusPerNode
+    assert limits[profile.rdmaResource] == profile.rdmaPerPod
+    assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": profile.shmSize}
+    assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": "checkpoints"}
+    assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/checkpoints", "/dev/shm"}
+    assert spec["terminationGracePeriodSeconds"] > 30
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": profile.gpuProduct}
+    term = spec["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["podAffinityTerm"]["matchLabelKeys"] == ["jobset.sigs.k8s.io/jobset-name"]
+    # The ExitCode policy of the v1 templates: 1-127 fail for good, the rest restart.
+    template = runtime["spec"]["template"]["spec"]
+    assert template["failurePolicy"]["rules"][0]["onJobFailureReasons"] == ["PodFailurePolicy"]
+    [trainer_job] = [
+        job
+        for job in template["replicatedJobs"]
+        if job["template"].get("metadata", {}).get("labels", {})
+        == {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+    ]
+    [rule] = trainer_job["template"]["spec"]["podFailurePolicy"]["rules"]
+    assert (rule["action"], rule["onExitCodes"]["operator"]) == ("FailJob", "NotIn")
+    assert set(rule["onExitCodes"]["values"]) == {0, *range(128, 256)}
+    trainer_container = trainer_job["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert trainer_container["name"] == "node"
+    assert container_env(trainer_container)["TRAINER_CHECKPOINT_DIR"].startswith("/checkpoints/")
+    if "launcher" in pods:
+        mpi = runtime["spec"]["mlPolicy"]["mpi"]
+        assert mpi["numProcPerNode"] == profile.gpusPerNode
+        assert mpi["sshAuthMountPath"] == "/home/trainer/.ssh" and not mpi["runLauncherAsNode"]
+        command = trainer_container["command"]
+        forwarded = {command[i + 1] for i, arg in enumerate(command) if arg == "-x"}
+        wanted = {k for k in env if k.startswith(("NCCL_", "TRAINER_"))}
+        assert wanted <= forwarded and wanted <= set(container_env(trainer_container))
+        assert "nvidia.com/gpu" not in trainer_container["resources"]["limits"]
+
+
+def test_trainjob_run_names_its_clusters_runtime_and_queue():
+    profile = load_profile(REPO / "overlays/prod-b200/cluster.yaml")
+    [job] = kustomize(REPO / "overlays/prod-b200/runs/llama-pretrain-1124")
+    assert job["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
+    assert job["spec"]["runtimeRef"] == {"name": f"torch-distributed-{profile.fabric}"}
+    assert job["spec"]["trainer"]["numProcPerNode"] == profile.gpusPerNode
+    assert job["spec"]["trainer"]["numNodes"] == 4
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == profile.queue
+    # Only what a run decides: the rest is the runtime's.
+    assert set(job["spec"]["trainer"]) == {"numNodes", "numProcPerNode", "args"}

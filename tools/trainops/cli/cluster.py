@@ -11,7 +11,7 @@ import click
 from trainops.cli.common import project_config
 from trainops.errors import InputError
 from trainops.profile.edit import parse_assignment
-from trainops.profile.model import FABRICS, FIELD_DOCS, MPI_OPERATORS, SCHEDULERS
+from trainops.profile.model import FABRICS, FIELD_DOCS, MPI_OPERATORS, SCHEDULERS, TRAINERS
 from trainops.profile.runs import MPI_IMPLEMENTATIONS, TEMPLATES
 from trainops.profile.writer import (
     FileChange,
@@ -55,6 +55,7 @@ def report(result: WriteResult) -> None:
 @click.option("--gpu-product", help=FIELD_DOCS["gpuProduct"])
 @click.option("--topology-key", help=FIELD_DOCS["topologyKey"])
 @click.option("--image", help=FIELD_DOCS["image"])
+@click.option("--trainer", type=click.Choice(TRAINERS), help=FIELD_DOCS["trainer"])
 @click.option("--mpi-operator", type=click.Choice(MPI_OPERATORS), help=FIELD_DOCS["mpiOperator"])
 @click.option(
     "--from",
@@ -68,8 +69,10 @@ def new_cluster(name, from_file, force, **flags):
 
     Writes cluster.yaml (the profile, commented) and everything derived from
     it: the platform kustomization with its patches (training network, storage,
-    queues), the cluster Component under training/cluster/ and the job templates
-    training/{pytorchjob,elastic,mpijob,preflight}/. argocd/projects.yaml gets
+    queues; with --trainer v2 or both, the cluster's ClusterTrainingRuntimes
+    under training/runtimes/), the cluster Component under training/cluster/
+    and the job templates (training/{pytorchjob,elastic,mpijob,trainjob,...}/,
+    as the profile calls for) and the NCCL preflight. argocd/projects.yaml gets
     the new cluster as a destination; the ApplicationSets pick the overlay up
     from its cluster.yaml with no other edit. Register the cluster in Argo CD
     under the same NAME.
@@ -108,6 +111,7 @@ def _values_from_flags(flags: dict) -> dict:
         "gpu_product": "gpuProduct",
         "topology_key": "topologyKey",
         "image": "image",
+        "trainer": "trainer",
         "mpi_operator": "mpiOperator",
     }
     values = {}
@@ -185,7 +189,9 @@ def unified_diff(changes: list[FileChange], root: Path) -> str:
     show_default=True,
     help="pytorchjob: Master + Workers; elastic: Workers that may shrink and grow; "
     "mpijob: mpirun launcher + Workers (kubeflow.org/v1, or v2beta1 where the cluster "
-    "runs the MPI Operator).",
+    "runs the MPI Operator); trainjob: a Trainer v2 TrainJob on the cluster's torch "
+    "runtime; trainjob-mpi: one on its MPI runtime. The cluster's profile decides "
+    "which it offers.",
 )
 @click.option("--nodes", type=int, required=True, help="Nodes (pods) the run uses.")
 @click.option("--image", help="Trainer image for this run (tag or digest); default: the cluster's.")
@@ -209,7 +215,8 @@ def new_run(cluster, run, template, nodes, image, mpi_implementation, force, tra
 
     The run sets only what a run changes: its name, replicas (and for elastic
     runs min/max and a rendezvous id; with Volcano, minAvailable), the image
-    tag and the arguments. Push the directory and Argo CD starts the run.
+    tag and the arguments; a TrainJob run sets numNodes, the arguments and
+    trainer.image. Push the directory and Argo CD starts the run.
     """
     args = list(trainer_args) if trainer_args else None
     report(

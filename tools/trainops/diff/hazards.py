@@ -24,6 +24,7 @@ TRAINING_JOBS = frozenset(
     {"PyTorchJob", "MPIJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob", "TrainJob"}
 )
 WORKLOADS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet"})
+RUNTIMES = frozenset({"ClusterTrainingRuntime", "TrainingRuntime"})
 QUEUE_LABEL = "metadata.labels.kueue.x-k8s.io/queue-name"
 
 # (kinds, field path, why the API server refuses the update)
@@ -96,6 +97,13 @@ def hazards(diff: ResourceDiff, registry: Any = None) -> list[str]:
                     f"{edited[0].path}: a TrainJob's runtimePatches only change while it is "
                     f"suspended; {RECREATE}"
                 )
+        if kind in RUNTIMES and any(_under(c, "spec") for c in diff.fields):
+            found.append(
+                f"{kind} {name}: TrainJobs created before the change keep the JobSet they "
+                "got; only TrainJobs created afterwards run on the new runtime"
+            )
+        if kind == "CustomResourceDefinition":
+            found.extend(_versions_dropped(diff))
         if any(_under(c, QUEUE_LABEL) for c in diff.fields) and kind in TRAINING_JOBS | {"Job"}:
             found.append(
                 "kueue.x-k8s.io/queue-name: Kueue does not move an admitted workload "
@@ -153,6 +161,23 @@ def _outside(changes: list[FieldChange], mutable: tuple[str, ...], what: str) ->
 def _suspended(obj: dict | None) -> bool:
     spec = (obj or {}).get("spec")
     return isinstance(spec, dict) and spec.get("suspend") is True
+
+
+def _versions_dropped(diff: ResourceDiff) -> list[str]:
+    """A served version that disappears from a CRD (mpijobs.kubeflow.org from the Training
+    Operator's v1 to the MPI Operator's v2beta1, for example)."""
+    served = [
+        {v.get("name") for v in (doc or {}).get("spec", {}).get("versions") or []}
+        for doc in (diff.old, diff.new)
+    ]
+    dropped = sorted(v for v in served[0] - served[1] if v)
+    if not dropped:
+        return []
+    return [
+        f"{diff.key.name} no longer serves {', '.join(dropped)}: the API server refuses to "
+        "drop a stored version, so the sync fails until the CRD is deleted, and deleting it "
+        "deletes every object stored under it"
+    ]
 
 
 def _storage_shrinks(changes: list[FieldChange]) -> list[str]:

@@ -28,7 +28,8 @@ NETWORKS = {
 SCHEDULERS = ("default", "kueue", "volcano")
 GPUDIRECT = ("dmabuf", "peermem", "none")
 PLACEMENTS = ("pack", "spread")
-MPI_OPERATORS = ("training-operator", "mpi-operator")
+MPI_OPERATORS = ("training-operator", "mpi-operator", "none")
+TRAINERS = ("v1", "v2", "both")
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|Pi)?$")
 _IMAGE = re.compile(r"^[^\s@:]+(:[^\s@:/]+)?(@sha256:[0-9a-f]{64})?$")
@@ -64,7 +65,8 @@ class ClusterProfile:
     memoryPerPod: str = ""
     shmSize: str = ""
     nccl: dict[str, str] = field(default_factory=dict)
-    mpiOperator: str = "training-operator"
+    trainer: str = "v1"
+    mpiOperator: str = ""  # default: training-operator with trainer v1 or both, else none
 
     @property
     def rdma(self) -> bool:
@@ -74,6 +76,20 @@ class ClusterProfile:
     def mpi_v2(self) -> bool:
         """MPIJobs are the MPI Operator's kubeflow.org/v2beta1 ones."""
         return self.mpiOperator == "mpi-operator"
+
+    @property
+    def uses_mpi(self) -> bool:
+        return self.mpiOperator != "none"
+
+    @property
+    def trainer_v1(self) -> bool:
+        """The Training Operator serves PyTorchJob (and its other v1 kinds)."""
+        return self.trainer in ("v1", "both")
+
+    @property
+    def trainer_v2(self) -> bool:
+        """Kubeflow Trainer v2 serves TrainJob on ClusterTrainingRuntimes."""
+        return self.trainer in ("v2", "both")
 
     @property
     def image_name(self) -> str:
@@ -116,8 +132,11 @@ FIELD_DOCS = {
     "memoryPerPod": "memory each training pod requests (default: 96Gi per GPU)",
     "shmSize": "size of /dev/shm (memory-backed) in each pod (default: 8Gi per GPU)",
     "nccl": "extra NCCL_* variables for this cluster (name: value)",
-    "mpiOperator": "who serves MPIJob: training-operator (kubeflow.org/v1) or mpi-operator "
-    "(MPI Operator v2, kubeflow.org/v2beta1)",
+    "trainer": "Kubeflow training API: v1 (Training Operator, PyTorchJob), v2 (Trainer v2, "
+    "TrainJob on ClusterTrainingRuntimes) or both",
+    "mpiOperator": "who serves MPIJob: training-operator (kubeflow.org/v1), mpi-operator "
+    "(MPI Operator v2, kubeflow.org/v2beta1) or none (default: training-operator where "
+    "trainer includes v1, else none)",
 }
 
 FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -145,6 +164,7 @@ FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "memoryPerPod": str,
     "shmSize": str,
     "nccl": dict,
+    "trainer": str,
     "mpiOperator": str,
 }
 REQUIRED = ("fabric", "gpusPerNode", "nodes", "image", "storageClass")
@@ -247,8 +267,16 @@ def _check(p: ClusterProfile, fail) -> None:
         raise fail("gpudirect", f"must be one of {', '.join(GPUDIRECT)}")
     if p.scheduler not in SCHEDULERS:
         raise fail("scheduler", f"must be one of {', '.join(SCHEDULERS)}, not {p.scheduler!r}")
-    if p.mpiOperator not in MPI_OPERATORS:
+    if p.trainer not in TRAINERS:
+        raise fail("trainer", f"must be one of {', '.join(TRAINERS)}, not {p.trainer!r}")
+    if p.mpiOperator and p.mpiOperator not in MPI_OPERATORS:
         raise fail("mpiOperator", f"must be one of {', '.join(MPI_OPERATORS)}")
+    if p.mpiOperator == "training-operator" and p.trainer == "v2":
+        raise fail(
+            "mpiOperator",
+            "training-operator needs the Training Operator, which trainer: v2 does not "
+            "install: use mpi-operator or none, or trainer: both",
+        )
     if p.placement not in PLACEMENTS:
         raise fail("placement", f"must be one of {', '.join(PLACEMENTS)}")
     if not 1 <= p.gpusPerNode <= 16:
@@ -301,6 +329,8 @@ def _fill_defaults(p: ClusterProfile) -> None:
     p.memoryPerPod = p.memoryPerPod or f"{96 * p.gpusPerNode}Gi"
     p.shmSize = p.shmSize or f"{8 * p.gpusPerNode}Gi"
     p.nccl = {str(k): str(v) for k, v in p.nccl.items()}
+    if not p.mpiOperator:
+        p.mpiOperator = "training-operator" if p.trainer_v1 else "none"
 
 
 def profile_keys() -> list[str]:

@@ -1,12 +1,12 @@
 """Generates a cluster's overlay from its profile.
 
 An overlay is the platform kustomization (operators, ClusterPolicy, the
-training network, checkpoint volume, queues, preflight) plus the cluster's
-job templates under `training/`, all tuned by one kustomize Component
-(`training/cluster/`) that carries the fabric, scheduler, NCCL environment,
-GPU and RDMA resources and placement. Output is a mapping of relative path to
-file text; writing is the caller's job, so generation can be diffed and
-checked without touching the tree.
+training network, checkpoint volume, queues, Trainer v2 runtimes, preflight)
+plus the cluster's job templates under `training/`, all tuned by one kustomize
+Component (`training/cluster/`) that carries the fabric, scheduler, NCCL
+environment, GPU and RDMA resources and placement. Output is a mapping of
+relative path to file text; writing is the caller's job, so generation can be
+diffed and checked without touching the tree.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from trainops.profile.model import ClusterProfile, quantity_bytes
 from trainops.yamlio import dump
 
 BASE = "../../base"  # from overlays/<cluster>/
-TEMPLATES = ("pytorchjob", "elastic", "mpijob", "preflight")
+# The label each operator puts on a job's pods, naming the job.
+V1_JOB_LABEL = "training.kubeflow.org/job-name"
+JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 HEADER = (
     "# Generated from cluster.yaml by trainops. Change the profile instead\n"
     "# (`trainops set {name} KEY=VALUE`): regeneration overwrites this file.\n"
@@ -35,16 +37,55 @@ def generate(profile: ClusterProfile) -> dict[str, str]:
     if profile.scheduler != "default":
         files["platform/queue.yaml"] = _queue_patch(profile)
     files["training/cluster/kustomization.yaml"] = _cluster_component(profile)
-    files["training/cluster/torchrun.yaml"] = _torchrun_patch(profile, ("Master", "Worker"))
-    files["training/cluster/torchrun-elastic.yaml"] = _torchrun_patch(profile, ("Worker",))
-    files["training/cluster/mpijob.yaml"] = _mpijob_patch(profile)
-    if cluster_env(profile):
-        files["training/cluster/mpi-forward.yaml"] = _mpi_forward(profile)
-    for template in TEMPLATES:
+    if profile.trainer_v1:
+        files["training/cluster/torchrun.yaml"] = _torchrun_patch(profile, ("Master", "Worker"))
+        files["training/cluster/torchrun-elastic.yaml"] = _torchrun_patch(profile, ("Worker",))
+    if profile.uses_mpi:
+        files["training/cluster/mpijob.yaml"] = _mpijob_patch(profile)
+        if cluster_env(profile):
+            files["training/cluster/mpi-forward.yaml"] = _mpi_forward(profile)
+    if profile.trainer_v2:
+        files["training/cluster/runtime-torch.yaml"] = _runtime_patch(profile, "node")
+        if profile.uses_mpi:
+            files["training/cluster/runtime-mpi.yaml"] = _runtime_patch(profile, "node", "launcher")
+            if cluster_env(profile):
+                files["training/cluster/runtime-mpi-forward.yaml"] = _mpi_forward(
+                    profile, RUNTIME_LAUNCHER_COMMAND
+                )
+        files["training/runtimes/kustomization.yaml"] = _runtimes_kustomization(profile)
+    for template, base in templates(profile).items():
         files[f"training/{template}/kustomization.yaml"] = _template_kustomization(
-            profile, template
+            profile, template, base
         )
     return files
+
+
+def templates(p: ClusterProfile) -> dict[str, str]:
+    """The cluster's templates under training/ and the base each one builds on."""
+    out = {}
+    if p.trainer_v1:
+        out["pytorchjob"] = "pytorchjob"
+        out["elastic"] = "elastic"
+    if p.uses_mpi:
+        out["mpijob"] = "mpijob-v2beta1" if p.mpi_v2 else "mpijob"
+    if p.trainer_v2:
+        out["trainjob"] = "trainjob"
+        if p.uses_mpi:
+            out["trainjob-mpi"] = "trainjob-mpi"
+    # The NCCL preflight runs on the v1 path where there is one.
+    out["preflight"] = "preflight" if p.trainer_v1 else "preflight-trainjob"
+    return out
+
+
+def runtime_names(p: ClusterProfile) -> dict[str, str]:
+    """The cluster's ClusterTrainingRuntimes by shape: named after the fabric, so a
+    TrainJob written for another cluster's fabric finds no runtime here."""
+    if not p.trainer_v2:
+        return {}
+    names = {"torch-runtime": f"torch-distributed-{p.fabric}"}
+    if p.uses_mpi:
+        names["mpi-runtime"] = f"mpi-distributed-{p.fabric}"
+    return names
 
 
 def _doc(profile: ClusterProfile, *documents: Any, comment: str = "") -> str:
@@ -73,15 +114,24 @@ OPERATOR_NAMESPACES = {
     "training-operator": "kubeflow",
     "training-operator-without-mpijob": "kubeflow",
     "mpi-operator": "mpi-operator",
+    "trainer": "kubeflow-system",
+    "jobset": "jobset-system",
 }
 
 
 def operators(p: ClusterProfile) -> list[str]:
     """The directories under base/operators this cluster installs."""
+    names = []
+    if p.trainer_v1:
+        # One owner per CRD name: without the Training Operator's MPIJob where it
+        # does not serve MPIJob (the MPI Operator does, or nobody).
+        full = p.mpiOperator == "training-operator"
+        names.append("training-operator" if full else "training-operator-without-mpijob")
     if p.mpi_v2:
-        # One owner per CRD name: mpijobs.kubeflow.org is the MPI Operator's here.
-        return ["training-operator-without-mpijob", "mpi-operator", "multus"]
-    return ["training-operator", "multus"]
+        names.append("mpi-operator")
+    if p.trainer_v2:
+        names += ["trainer", "jobset"]
+    return [*names, "multus"]
 
 
 def platform_namespaces(p: ClusterProfile) -> list[str]:
@@ -99,6 +149,8 @@ def _platform_kustomization(p: ClusterProfile) -> str:
     ]
     if p.scheduler != "default":
         resources.append(f"{BASE}/training/queues/{p.scheduler}")
+    if p.trainer_v2:
+        resources.append("training/runtimes")
     resources.append("training/preflight")
     components = [f"{BASE}/components/scheduler/{p.scheduler}"]
     if p.gpudirect == "peermem":
@@ -269,21 +321,23 @@ def _cluster_component(p: ClusterProfile) -> str:
         image["digest"] = p.image_digest
     else:
         image["newTag"] = p.image_tag
-    patches: list[dict[str, Any]] = [
-        {
-            "path": "torchrun.yaml",
-            "target": {"kind": "PyTorchJob", "labelSelector": "trainops.dev/shape=master-worker"},
-        },
-        {
-            "path": "torchrun-elastic.yaml",
-            "target": {"kind": "PyTorchJob", "labelSelector": "trainops.dev/shape=worker"},
-        },
-        {"path": "mpijob.yaml", "target": {"kind": "MPIJob"}},
-    ]
-    if cluster_env(p):
-        patches.append({"path": "mpi-forward.yaml", "target": {"kind": "MPIJob"}})
+    patches: list[dict[str, Any]] = []
+    if p.trainer_v1:
+        patches.append(_patch_file("torchrun.yaml", "PyTorchJob", "master-worker"))
+        patches.append(_patch_file("torchrun-elastic.yaml", "PyTorchJob", "worker"))
+    if p.uses_mpi:
+        patches.append({"path": "mpijob.yaml", "target": {"kind": "MPIJob"}})
+        if cluster_env(p):
+            patches.append({"path": "mpi-forward.yaml", "target": {"kind": "MPIJob"}})
+    if p.trainer_v2:
+        patches.append(_patch_file("runtime-torch.yaml", RUNTIME, "torch-runtime"))
+        if p.uses_mpi:
+            patches.append(_patch_file("runtime-mpi.yaml", RUNTIME, "mpi-runtime"))
+            if cluster_env(p):
+                patches.append(_patch_file("runtime-mpi-forward.yaml", RUNTIME, "mpi-runtime"))
+        patches.extend(_trainjob_patches(p))
     if p.queue != "training":
-        patches.append(_queue_label_patch(p))
+        patches.extend(_queue_patches(p))
     doc = {
         "apiVersion": "kustomize.config.k8s.io/v1alpha1",
         "kind": "Component",
@@ -301,23 +355,58 @@ def _cluster_component(p: ClusterProfile) -> str:
     return _doc(p, doc, comment=comment)
 
 
-def _queue_label_patch(p: ClusterProfile) -> dict[str, Any]:
+RUNTIME = "ClusterTrainingRuntime"
+# The MPI runtime's launcher is replicatedJobs[1], after the nodes it depends on.
+RUNTIME_LAUNCHER_COMMAND = (
+    "/spec/template/spec/replicatedJobs/1/template/spec/template/spec/containers/0/command/1"
+)
+MPIJOB_LAUNCHER_COMMAND = "/spec/mpiReplicaSpecs/Launcher/template/spec/containers/0/command/1"
+
+
+def _patch_file(path: str, kind: str, shape: str) -> dict[str, Any]:
+    return {"path": path, "target": {"kind": kind, "labelSelector": f"trainops.dev/shape={shape}"}}
+
+
+def _inline(kind: str, shape: str | None, ops: list[dict[str, Any]]) -> dict[str, Any]:
+    target: dict[str, Any] = {"kind": kind}
+    if shape:
+        target["labelSelector"] = f"trainops.dev/shape={shape}"
+    return {"target": target, "patch": dump(ops).rstrip("\n")}
+
+
+def _trainjob_patches(p: ClusterProfile) -> list[dict[str, Any]]:
+    """TrainJob templates name this cluster's runtimes; torchrun starts a process per GPU."""
+    names = runtime_names(p)
+    torch = [
+        {"op": "replace", "path": "/spec/runtimeRef/name", "value": names["torch-runtime"]},
+        {"op": "replace", "path": "/spec/trainer/numProcPerNode", "value": p.gpusPerNode},
+    ]
+    patches = [_inline("TrainJob", "trainjob", torch)]
+    if "mpi-runtime" in names:
+        mpi = [{"op": "replace", "path": "/spec/runtimeRef/name", "value": names["mpi-runtime"]}]
+        patches.append(_inline("TrainJob", "trainjob-mpi", mpi))
+    return patches
+
+
+def _queue_patches(p: ClusterProfile) -> list[dict[str, Any]]:
+    """Point the jobs (and, with Volcano, the runtimes' PodGroups) at the cluster's queue."""
     if p.scheduler == "kueue":
-        ops = [
-            {
-                "op": "replace",
-                "path": "/metadata/labels/kueue.x-k8s.io~1queue-name",
-                "value": p.queue,
-            }
-        ]
-    else:
-        ops = [
-            {"op": "replace", "path": "/spec/runPolicy/schedulingPolicy/queue", "value": p.queue}
-        ]
-    return {"target": {"group": "kubeflow.org"}, "patch": dump(ops).rstrip("\n")}
+        label = "/metadata/labels/kueue.x-k8s.io~1queue-name"
+        ops = [{"op": "replace", "path": label, "value": p.queue}]
+        patches = [{"target": {"group": "kubeflow.org"}, "patch": dump(ops).rstrip("\n")}]
+        if p.trainer_v2:
+            patches.append(_inline("TrainJob", None, ops))
+        return patches
+    ops = [{"op": "replace", "path": "/spec/runPolicy/schedulingPolicy/queue", "value": p.queue}]
+    patches = [{"target": {"group": "kubeflow.org"}, "patch": dump(ops).rstrip("\n")}]
+    if p.trainer_v2:
+        annotation = "/spec/template/metadata/annotations/scheduling.volcano.sh~1queue-name"
+        queue = [{"op": "replace", "path": annotation, "value": p.queue}]
+        patches.append(_inline(RUNTIME, None, queue))
+    return patches
 
 
-def _pod_patch(p: ClusterProfile, container: str) -> dict[str, Any]:
+def _pod_patch(p: ClusterProfile, container: str, job_label: str = V1_JOB_LABEL) -> dict[str, Any]:
     limits: dict[str, Any] = {
         "cpu": str(p.cpuPerPod),
         "memory": p.memoryPerPod,
@@ -336,20 +425,18 @@ def _pod_patch(p: ClusterProfile, container: str) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     if p.gpuProduct:
         spec["nodeSelector"] = {"nvidia.com/gpu.product": p.gpuProduct}
-    spec.update(_placement(p))
+    spec.update(_placement(p, job_label))
     spec["containers"] = [container_patch]
     spec["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": p.shmSize}}]
     return {"template": {"spec": spec}}
 
 
-def _placement(p: ClusterProfile) -> dict[str, Any]:
+def _placement(p: ClusterProfile, job_label: str) -> dict[str, Any]:
     """Keep a job's pods close (pack) or balanced (spread) over the topology key."""
     this_job = {
-        "labelSelector": {
-            "matchExpressions": [{"key": "training.kubeflow.org/job-name", "operator": "Exists"}]
-        },
+        "labelSelector": {"matchExpressions": [{"key": job_label, "operator": "Exists"}]},
         # Only pods of the same job count: the key's value comes from the new pod.
-        "matchLabelKeys": ["training.kubeflow.org/job-name"],
+        "matchLabelKeys": [job_label],
     }
     if p.placement == "pack":
         return {
@@ -410,8 +497,49 @@ def _mpijob_patch(p: ClusterProfile) -> str:
     return _doc(p, doc, comment=comment)
 
 
-def _mpi_forward(p: ClusterProfile) -> str:
-    path = "/spec/mpiReplicaSpecs/Launcher/template/spec/containers/0/command/1"
+def _runtime_patch(p: ClusterProfile, node: str, launcher: str | None = None) -> str:
+    """The cluster's settings on a runtime's replicated jobs: the nodes get the pod
+    settings of every template, an MPI launcher the variables it forwards."""
+    jobs = [{"name": node, "template": {"spec": _pod_patch(p, "node", JOBSET_LABEL)}}]
+    spec: dict[str, Any] = {}
+    if launcher is not None:
+        spec["mlPolicy"] = {"mpi": {"numProcPerNode": p.gpusPerNode}}
+        container: dict[str, Any] = {"name": "node"}
+        env = cluster_env(p)
+        if env:
+            container["env"] = [{"name": k, "value": v} for k, v in env]
+        pod = {"template": {"spec": {"containers": [container]}}}
+        jobs.append({"name": launcher, "template": {"spec": pod}})
+    spec["template"] = {"spec": {"replicatedJobs": jobs}}
+    doc = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": RUNTIME,
+        "metadata": {"name": "any"},
+        "spec": spec,
+    }
+    return _doc(p, doc)
+
+
+def _runtimes_kustomization(p: ClusterProfile) -> str:
+    resources = [f"../../{BASE}/training/runtimes/torch"]
+    if p.uses_mpi:
+        resources.append(f"../../{BASE}/training/runtimes/mpi")
+    doc = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": resources,
+        "components": ["../cluster"],
+        "nameSuffix": f"-{p.fabric}",
+    }
+    names = ", ".join(runtime_names(p).values())
+    comment = (
+        f"# Cluster {p.name}'s ClusterTrainingRuntimes ({names}):\n"
+        "# the platform's half of every TrainJob, synced with the platform.\n"
+    )
+    return _doc(p, doc, comment=comment)
+
+
+def _mpi_forward(p: ClusterProfile, path: str = MPIJOB_LAUNCHER_COMMAND) -> str:
     ops = []
     for name, _ in reversed(cluster_env(p)):
         ops.append({"op": "add", "path": path, "value": name})
@@ -424,10 +552,7 @@ def mpijob_api_version(p: ClusterProfile) -> str:
     return "kubeflow.org/v2beta1" if p.mpi_v2 else "kubeflow.org/v1"
 
 
-def _template_kustomization(p: ClusterProfile, template: str) -> str:
-    base = template
-    if template == "mpijob" and p.mpi_v2:
-        base = "mpijob-v2beta1"
+def _template_kustomization(p: ClusterProfile, template: str, base: str) -> str:
     doc = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",

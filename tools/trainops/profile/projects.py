@@ -30,8 +30,10 @@ PLATFORM_CLUSTER_KINDS = (
     ("apiextensions.k8s.io", "CustomResourceDefinition"),
     ("rbac.authorization.k8s.io", "ClusterRole"),
     ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
     ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
     ("nvidia.com", "ClusterPolicy"),
+    ("trainer.kubeflow.org", "ClusterTrainingRuntime"),
     ("kueue.x-k8s.io", "ClusterQueue"),
     ("kueue.x-k8s.io", "ResourceFlavor"),
     ("scheduling.volcano.sh", "Queue"),
@@ -42,12 +44,16 @@ PLATFORM_NAMESPACED_KINDS = (
     ("", "Service"),
     ("", "ServiceAccount"),
     ("", "PersistentVolumeClaim"),
+    ("rbac.authorization.k8s.io", "Role"),
+    ("rbac.authorization.k8s.io", "RoleBinding"),
     ("apps", "Deployment"),
     ("apps", "DaemonSet"),
     ("k8s.cni.cncf.io", "NetworkAttachmentDefinition"),
     ("kueue.x-k8s.io", "LocalQueue"),
     ("monitoring.coreos.com", "ServiceMonitor"),
+    # The NCCL preflight hook: a PyTorchJob, or a TrainJob without the Training Operator.
     ("kubeflow.org", "PyTorchJob"),
+    ("trainer.kubeflow.org", "TrainJob"),
 )
 ADDON_CLUSTER_KINDS = (
     ("", "Namespace"),

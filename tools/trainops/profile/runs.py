@@ -1,7 +1,8 @@
 """Generates a run: a kustomization on the cluster's job template that sets only
 what a run changes (name, image tag, arguments, replicas, and what follows
 from them: elastic bounds and rendezvous id, Volcano's minAvailable; for an
-MPI Operator v2 run on another MPI implementation, that and its mpirun)."""
+MPI Operator v2 run on another MPI implementation, that and its mpirun; for a
+TrainJob, numNodes and the trainer's arguments)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,23 @@ from typing import Any
 
 from trainops.errors import InputError
 from trainops.profile.model import ClusterProfile
+from trainops.profile.overlay import templates
 from trainops.yamlio import dump
 
-TEMPLATES = {"pytorchjob": "PyTorchJob", "elastic": "PyTorchJob", "mpijob": "MPIJob"}
-TEMPLATE_NAMES = {"pytorchjob": "train", "elastic": "train-elastic", "mpijob": "train-mpi"}
+TEMPLATES = {
+    "pytorchjob": "PyTorchJob",
+    "elastic": "PyTorchJob",
+    "mpijob": "MPIJob",
+    "trainjob": "TrainJob",
+    "trainjob-mpi": "TrainJob",
+}
+TEMPLATE_NAMES = {
+    "pytorchjob": "train",
+    "elastic": "train-elastic",
+    "mpijob": "train-mpi",
+    "trainjob": "train",
+    "trainjob-mpi": "train-mpi",
+}
 MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
 # Hydra's mpirun (Intel MPI, MPICH) passes the launcher's whole environment to the
 # ranks and knows none of Open MPI's -x or --bind-to: the template's command is
@@ -44,6 +58,13 @@ def generate_run(
     check_run_name(name)
     if template not in TEMPLATES:
         raise InputError(f"unknown template {template!r}: use {', '.join(TEMPLATES)}")
+    offered = templates(profile)
+    if template not in offered or template == "preflight":
+        usable = ", ".join(t for t in offered if t in TEMPLATES)
+        raise InputError(
+            f"cluster {profile.name} has no {template} template (trainer: {profile.trainer}, "
+            f"mpiOperator: {profile.mpiOperator}): use {usable}"
+        )
     _check_mpi_implementation(profile, template, image, mpi_implementation)
     if nodes < 1 or nodes > profile.nodes:
         raise InputError(f"--nodes must be between 1 and the cluster's {profile.nodes} nodes")
@@ -70,6 +91,18 @@ def generate_run(
             _replace("/spec/elasticPolicy/rdzvId", name),
         ]
         containers = ["/spec/pytorchReplicaSpecs/Worker/template/spec/containers/0/args"]
+    elif TEMPLATES[template] == "TrainJob":
+        # The runtime's PodGroup (Volcano) and Kueue's workload count the pods themselves.
+        ops.append(_replace("/spec/trainer/numNodes", nodes))
+        containers = ["/spec/trainer/args"]
+        if image:
+            ops.append(
+                {
+                    "op": "add",
+                    "path": "/spec/trainer/image",
+                    "value": _trainer_image(template, image),
+                }
+            )
     else:
         ops.append(_replace("/spec/mpiReplicaSpecs/Worker/replicas", nodes))
         containers = ["/spec/mpiReplicaSpecs/Launcher/template/spec/containers/0/args"]
@@ -82,7 +115,7 @@ def generate_run(
                     HYDRA_COMMAND,
                 )
             )
-    if profile.scheduler == "volcano":
+    if profile.scheduler == "volcano" and TEMPLATES[template] != "TrainJob":
         # Gang scheduling: the PodGroup admits the job only when every pod fits.
         ops.append(_replace("/spec/runPolicy/schedulingPolicy/minAvailable", pods))
     patch = dump(ops)
@@ -93,7 +126,7 @@ def generate_run(
         "kind": "Kustomization",
         "resources": [f"../../training/{template}"],
     }
-    if image:
+    if image and TEMPLATES[template] != "TrainJob":
         doc["images"] = [_image_override(profile, image)]
     doc["patches"] = [
         {
@@ -151,13 +184,30 @@ def _scalar(value: str) -> str:
     return text.removesuffix("\n...").strip()
 
 
-def _image_override(profile: ClusterProfile, image: str) -> dict[str, Any]:
+def _split_pinned(image: str) -> tuple[str, str, str]:
     name, _, digest = image.partition("@")
     tag = ""
     if ":" in name.rsplit("/", 1)[-1]:
         name, tag = name.rsplit(":", 1)
     if not digest and (not tag or tag == "latest"):
         raise InputError(f"--image {image!r}: pin the image to a release tag or a digest")
+    return name, tag, digest
+
+
+def _trainer_image(template: str, image: str) -> str:
+    """A TrainJob's image is spec.trainer.image: the runtime holds the cluster's."""
+    _split_pinned(image)
+    if template == "trainjob-mpi":
+        raise InputError(
+            "--image on a trainjob-mpi run: the Trainer sets trainer.image on the MPI "
+            "launcher only, while the ranks run in the nodes, which keep the runtime's "
+            "image; change the cluster's image instead"
+        )
+    return image
+
+
+def _image_override(profile: ClusterProfile, image: str) -> dict[str, Any]:
+    name, tag, digest = _split_pinned(image)
     entry: dict[str, Any] = {"name": profile.image_name}
     if name != profile.image_name:
         entry["newName"] = name

@@ -148,9 +148,17 @@ def apply_changes(changes: list[FileChange]) -> WriteResult:
         if change.new is None:
             change.path.unlink()
             result.removed.append(change.path)
+            _remove_empty_parents(change.path.parent)
         else:
             _record(result, change.path, write_if_changed(change.path, change.new))
     return result
+
+
+def _remove_empty_parents(directory: Path) -> None:
+    """A template the profile no longer calls for leaves no empty directory behind."""
+    while directory.name != "overlays" and not any(directory.iterdir()):
+        directory.rmdir()
+        directory = directory.parent
 
 
 def regenerate(root: Path, name: str) -> WriteResult:

@@ -8,7 +8,9 @@ a custom schema (`openapi: {path: ...}`), but that schema then replaces its
 built-in one for the whole build. The document generated here therefore holds
 every core Kubernetes definition (with their patch strategies, descriptions
 dropped) plus the training kinds, whose replica specs point at the core
-PodTemplateSpec and so inherit its merge keys.
+PodTemplateSpec and so inherit its merge keys, and the JobSet-shaped kinds
+(Trainer v2 runtimes, JobSet), whose replicatedJobs merge by name and point at
+the core JobTemplateSpec.
 """
 
 from __future__ import annotations
@@ -33,6 +35,13 @@ TRAINING_KINDS = (
     ("kubeflow.org", ("v1",), "JAXJob", "jaxReplicaSpecs", ("Worker",)),
     ("kubeflow.org", ("v1",), "PaddleJob", "paddleReplicaSpecs", ("Master", "Worker")),
     ("kubeflow.org", ("v1",), "XGBoostJob", "xgbReplicaSpecs", ("Master", "Worker")),
+)
+# group, version, kind, path to the JobSet spec holding replicatedJobs (a list
+# merged by name, each item a Job template whose pod template has core merge keys).
+JOBSET_KINDS = (
+    ("trainer.kubeflow.org", "v1alpha1", "ClusterTrainingRuntime", ("spec", "template", "spec")),
+    ("trainer.kubeflow.org", "v1alpha1", "TrainingRuntime", ("spec", "template", "spec")),
+    ("jobset.x-k8s.io", "v1alpha2", "JobSet", ("spec",)),
 )
 _KEPT = {
     "type",
@@ -98,6 +107,34 @@ def build(core_definitions: dict[str, Any]) -> dict[str, Any]:
             "x-kubernetes-group-version-kind": [
                 {"group": group, "kind": kind, "version": version} for version in versions
             ],
+        }
+    definitions["dev.trainops.ReplicatedJob"] = {
+        "type": "object",
+        "properties": {"template": {"$ref": "#/definitions/io.k8s.api.batch.v1.JobTemplateSpec"}},
+    }
+    for group, version, kind, path in JOBSET_KINDS:
+        node: dict[str, Any] = {
+            "type": "object",
+            "properties": {
+                "replicatedJobs": {
+                    "type": "array",
+                    "items": {"$ref": "#/definitions/dev.trainops.ReplicatedJob"},
+                    "x-kubernetes-patch-merge-key": "name",
+                    "x-kubernetes-patch-strategy": "merge",
+                }
+            },
+        }
+        for step in reversed(path[1:]):
+            node = {"type": "object", "properties": {step: node}}
+        definitions[f"dev.trainops.{kind}"] = {
+            "type": "object",
+            "properties": {
+                "metadata": {
+                    "$ref": "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+                },
+                path[0]: node,
+            },
+            "x-kubernetes-group-version-kind": [{"group": group, "kind": kind, "version": version}],
         }
     return {
         "swagger": "2.0",
