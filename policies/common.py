@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from trainops import multus
+from trainops.model import Document
 from trainops.policy.engine import Context
 from trainops.policy.pods import PodTemplate, argv, env_of, resources
 
@@ -32,13 +33,54 @@ def training_pod(pod: PodTemplate) -> bool:
     return pod.training or pod.uses_gpus
 
 
+# (launcher role, role whose pods run the ranks) of each kind with an MPI launcher.
+MPI_ROLES = {
+    "MPIJob": ("Launcher", "Worker"),
+    "ClusterTrainingRuntime": ("launcher", "node"),
+    "TrainingRuntime": ("launcher", "node"),
+}
+RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
+
+
+def mpi_runtime(doc: Document) -> bool:
+    """A Trainer v2 runtime whose ML policy is MPI (mpirun on a launcher job)."""
+    policy = (doc.obj.get("spec") or {}).get("mlPolicy")
+    return isinstance(policy, dict) and isinstance(policy.get("mpi"), dict)
+
+
+def mpi_roles(pod: PodTemplate) -> tuple[str, str] | None:
+    """(launcher role, rank role) when the pod belongs to an MPI job: an MPIJob, a Trainer
+    v2 MPI runtime, or a TrainJob resolved against one."""
+    source = pod.runtime or pod.doc
+    roles = MPI_ROLES.get(source.kind)
+    if roles is None or (source.kind != "MPIJob" and not mpi_runtime(source)):
+        return None
+    return roles
+
+
+def is_mpi_launcher(pod: PodTemplate) -> bool:
+    roles = mpi_roles(pod)
+    return roles is not None and pod.role == roles[0]
+
+
 def rank_pod(pod: PodTemplate, ctx: Context) -> PodTemplate:
-    """Where this pod's settings take effect: an MPI launcher's ranks run in the Workers."""
-    if pod.doc.kind == "MPIJob" and pod.role == "Launcher":
+    """Where this pod's settings take effect: an MPI launcher's ranks run in the Workers
+    (MPIJob) or the nodes (a Trainer v2 MPI runtime)."""
+    roles = mpi_roles(pod)
+    if roles is not None and pod.role == roles[0]:
+        ranks = roles[1]
         for other in ctx.pods(pod.doc):
-            if other.role == "Worker":
+            if other.role == ranks:
                 return other
     return pod
+
+
+def pod_namespace(pod: PodTemplate) -> str | None:
+    """The namespace the pod runs in; None for a ClusterTrainingRuntime, whose pods run in
+    the namespace of each TrainJob that names it."""
+    if pod.doc.kind == "ClusterTrainingRuntime":
+        return None
+    return pod.doc.namespace or "default"
 
 
 def multi_node(pod: PodTemplate, ctx: Context) -> bool:
@@ -50,14 +92,15 @@ def attached_nads(pod: PodTemplate, ctx: Context) -> list[tuple[multus.Attachmen
     value = pod.annotations.get(multus.ANNOTATION)
     if not isinstance(value, str) or not value.strip():
         return []
-    namespace = pod.doc.namespace or "default"
     try:
-        found = multus.attachments(value, namespace)
+        found = multus.attachments(value, pod_namespace(pod) or "")
     except multus.AnnotationError:
         return []
     out = []
     for attachment in found:
-        nad = ctx.find("NetworkAttachmentDefinition", attachment.name, attachment.namespace)
+        # An unqualified name in a cluster-wide runtime: a NAD of that name in any namespace.
+        namespace = attachment.namespace or None
+        nad = ctx.find("NetworkAttachmentDefinition", attachment.name, namespace)
         out.append((attachment, nad))
     return out
 

@@ -37,9 +37,10 @@ def network_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
         return  # a manifest on its own: its networks are defined elsewhere
     for attachment, nad in common.attached_nads(pod, ctx):
         if nad is None:
+            named = "/".join(part for part in (attachment.namespace, attachment.name) if part)
             yield Violation(
-                f"network {attachment.namespace}/{attachment.name} is not defined in this "
-                "render (no NetworkAttachmentDefinition with that name and namespace)",
+                f"network {named} is not defined in this render (no "
+                "NetworkAttachmentDefinition with that name and namespace)",
                 at,
             )
 
