@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from trainops import multus
 from trainops.model import Document
 from trainops.policy.engine import Context
-from trainops.policy.pods import PodTemplate, argv, env_of, resources
+from trainops.policy.pods import PodTemplate, argv, dicts, env_of, is_int, mapping, resources
+from trainops.policy.trainjob import TRAINER_STEP_LABEL
 
 RDMA_RESOURCE = re.compile(r"(^rdma/)|(rdma|roce|infiniband|_vf$|/ib[_-]|sriov)", re.IGNORECASE)
 CHECKPOINT_FLAGS = (
@@ -40,6 +42,23 @@ MPI_ROLES = {
     "TrainingRuntime": ("launcher", "node"),
 }
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
+ROOT_SSH = "/root/.ssh"  # where the MPI Operator and Trainer v2 mount SSH keys by default
+
+
+def replicated_jobs(runtime: Document) -> list[dict[str, Any]]:
+    """A (Cluster)TrainingRuntime's replicated jobs."""
+    template = mapping(mapping(runtime.obj.get("spec")).get("template"))
+    return dicts(mapping(template.get("spec")).get("replicatedJobs"))
+
+
+def trainer_step(runtime: Document) -> str:
+    """The replicated job a TrainJob's trainer settings go to: the one labelled as the
+    trainer ancestor step (else the one named node)."""
+    for job in replicated_jobs(runtime):
+        labels = mapping(mapping(mapping(job.get("template")).get("metadata")).get("labels"))
+        if labels.get(TRAINER_STEP_LABEL) == "trainer":
+            return str(job.get("name"))
+    return "node"
 
 
 def mpi_runtime(doc: Document) -> bool:
@@ -73,6 +92,121 @@ def rank_pod(pod: PodTemplate, ctx: Context) -> PodTemplate:
             if other.role == ranks:
                 return other
     return pod
+
+
+@dataclass(frozen=True)
+class MpiJob:
+    """An MPI launch as its operator will run it, seen from its launcher pod."""
+
+    api: str  # "v1" (kubectl exec), "v2beta1" (MPI Operator, SSH), "trainer" (Trainer v2, SSH)
+    implementation: str  # OpenMPI | Intel | MPICH
+    ranks: PodTemplate | None  # the pods the ranks run in (Workers, or a runtime's nodes)
+    ranks_role: str
+    launcher_computes: bool  # the launcher is in the hostfile too
+    compute_field: tuple[Any, ...]  # runLauncherAsWorker / runLauncherAsNode
+    slots: Any  # ranks per worker pod as the hostfile will say
+    slots_field: tuple[Any, ...]
+    ssh_path: str | None  # where the operator mounts the SSH keys (None: no SSH)
+    ssh_path_field: tuple[Any, ...]
+
+    @property
+    def over_ssh(self) -> bool:
+        return self.api != "v1"
+
+
+def mpi_job(pod: PodTemplate, ctx: Context) -> MpiJob | None:
+    """The MPI launch whose launcher `pod` is (None for any other pod)."""
+    roles = mpi_roles(pod)
+    if roles is None or pod.role != roles[0]:
+        return None
+    ranks = next((p for p in ctx.pods(pod.doc) if p.role == roles[1]), None)
+    source = pod.runtime or pod.doc
+    spec = mapping(source.obj.get("spec"))
+    if source.kind == "MPIJob":
+        slots = spec.get("slotsPerWorker", 1)
+        slots_field = ("spec", "slotsPerWorker")
+        if not source.api_version.endswith("/v2beta1"):
+            # v1: a launcher that requests GPUs is put in the hostfile.
+            return MpiJob(
+                "v1", "OpenMPI", ranks, roles[1], pod.uses_gpus, (), slots, slots_field, None, ()
+            )
+        return MpiJob(
+            "v2beta1",
+            str(spec.get("mpiImplementation") or "OpenMPI"),
+            ranks,
+            roles[1],
+            spec.get("runLauncherAsWorker") is True,
+            ("spec", "runLauncherAsWorker"),
+            slots,
+            slots_field,
+            str(spec.get("sshAuthMountPath") or ROOT_SSH),
+            ("spec", "sshAuthMountPath"),
+        )
+    policy = mapping(mapping(spec.get("mlPolicy")).get("mpi"))
+    slots = policy.get("numProcPerNode", 1)
+    trainer = mapping(mapping(pod.doc.obj.get("spec")).get("trainer"))
+    if pod.doc.kind == "TrainJob" and "numProcPerNode" in trainer:
+        slots = trainer["numProcPerNode"]
+    elif slots == 1 and ranks is not None and ranks.gpus > 1:
+        slots = ranks.gpus  # the MPI plugin's default: one slot per GPU
+    field = ("spec", "mlPolicy", "mpi")
+    return MpiJob(
+        "trainer",
+        str(policy.get("mpiImplementation") or "OpenMPI"),
+        ranks,
+        roles[1],
+        policy.get("runLauncherAsNode") is True,
+        (*field, "runLauncherAsNode"),
+        slots,
+        (*field, "numProcPerNode"),
+        str(policy.get("sshAuthMountPath") or ROOT_SSH),
+        (*field, "sshAuthMountPath"),
+    )
+
+
+def mpirun_exports(words: list[str]) -> dict[str, str | None]:
+    """What Open MPI's mpirun exports with -x: name -> value given inline (None: the
+    launcher's own value)."""
+    out: dict[str, str | None] = {}
+    for index, word in enumerate(words):
+        item = None
+        if word in ("-x", "--x") and index + 1 < len(words):
+            item = words[index + 1]
+        elif word.startswith(("-x ", "-x=")):
+            item = word[3:].strip()
+        if item:
+            name, sep, value = item.partition("=")
+            out[name] = value if sep else None
+    return out
+
+
+def rank_env(pod: PodTemplate, container: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """The environment of the processes that run in `container`. Ranks of an MPI job
+    started over SSH (MPI Operator, Trainer v2 MPI runtime) run in the workers but get
+    the launcher's environment: what -x exports (Open MPI) or all of it (Hydra)."""
+    roles = mpi_roles(pod)
+    if roles is None or pod.role != roles[1]:
+        return env_of(container)
+    launcher = next((p for p in ctx.pods(pod.doc) if p.role == roles[0]), None)
+    job = mpi_job(launcher, ctx) if launcher is not None else None
+    if job is None or not job.over_ssh or not launcher.containers:
+        return env_of(container)
+    own = env_of(launcher.containers[0])
+    if job.implementation != "OpenMPI":
+        return own
+    exports = mpirun_exports(argv(launcher.containers[0]))
+    return {name: own.get(name) if value is None else value for name, value in exports.items()}
+
+
+def run_as_users(pod: PodTemplate) -> set[int]:
+    """The uids the pod's containers run as, where the manifests say (pod or container)."""
+    pod_uid = mapping(pod.spec.get("securityContext")).get("runAsUser")
+    out = set()
+    for container in pod.containers:
+        uid = mapping(container.get("securityContext")).get("runAsUser", pod_uid)
+        if is_int(uid):
+            out.add(uid)
+    return out
 
 
 def pod_namespace(pod: PodTemplate) -> str | None:

@@ -1,95 +1,141 @@
-"""MPIJob: a launcher that forwards the environment, computes nothing, and counts right."""
+"""MPI launches: MPIJob kubeflow.org/v1 (Training Operator), v2beta1 (MPI Operator) and
+Kubeflow Trainer v2 MPI runtimes (and the TrainJobs on them).
+
+A launcher that gets the environment to the ranks, computes only where its operator
+puts it in the hostfile, counts ranks right, and talks SSH the way its image and MPI
+implementation expect; and one operator per cluster owning mpijobs.kubeflow.org.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING, Document
-from trainops.policy.engine import Context, Violation, resource_rule
-from trainops.policy.pods import argv, env_of, is_int
+from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
+from trainops.policy.pods import PodTemplate, argv, dicts, env_of, is_int, mapping
+
+from . import common
+
+MPI_KINDS = ("MPIJob", *common.RUNTIME_KINDS, "TrainJob")
+# Flags only Open MPI's mpirun knows, and only Hydra's (Intel MPI, MPICH).
+OPENMPI_FLAGS = {
+    "-x",
+    "--allow-run-as-root",
+    "-mca",
+    "--mca",
+    "--map-by",
+    "--bind-to",
+    "--oversubscribe",
+    "-oversubscribe",
+    "-npernode",
+    "--npernode",
+    "--report-bindings",
+    "--hostfile",
+}
+HYDRA_FLAGS = {"-genv", "-genvlist", "-genvall", "-genvnone", "-ppn", "-perhost", "-hosts"}
+ROOT_SSH = common.ROOT_SSH
 
 
-def _roles(doc: Document, ctx: Context) -> dict:
-    return {pod.role: pod for pod in ctx.pods(doc)}
+def _nccl(pod: PodTemplate | None) -> set[str]:
+    if pod is None:
+        return set()
+    return {name for c in pod.containers for name in env_of(c) if name.startswith("NCCL_")}
 
 
-def _forwarded(words: list[str]) -> set[str]:
-    out = set()
-    for index, word in enumerate(words):
-        if word in ("-x", "--x") and index + 1 < len(words):
-            out.add(words[index + 1].split("=", 1)[0])
-        elif word.startswith("-x ") or word.startswith("-x="):
-            out.add(word[3:].split("=", 1)[0].strip())
-    return out
-
-
-@resource_rule(
+@pod_rule(
     id="mpi-forwards-nccl",
     severity=ERROR,
-    title="The MPI launcher forwards every NCCL variable to the ranks",
-    why="mpirun starts the ranks with the launcher's environment minus everything it is not "
-    "told to export: NCCL variables set on the workers or the launcher reach the ranks only "
-    "through -x NAME, so the ranks run with NCCL's defaults (often TCP on eth0).",
-    fix="Add -x NAME to the launcher's mpirun for each NCCL_* variable (and set it on the "
-    "launcher).",
-    kinds=("MPIJob",),
+    title="Every NCCL variable reaches the MPI ranks",
+    why="Where ranks start decides what environment they get. The Training Operator's MPIJob "
+    "v1 starts them with kubectl exec in the Workers: they inherit the Worker container's "
+    "environment, plus what mpirun -x forwards from the launcher. The MPI Operator "
+    "(v2beta1) and Trainer v2 MPI runtimes start them over SSH: the Workers' environment "
+    "never reaches them, only the launcher's, which Open MPI passes for each -x NAME alone "
+    "and Intel MPI or MPICH (Hydra) pass whole. A variable that misses the ranks leaves "
+    "NCCL on its defaults (often TCP on eth0).",
+    fix="Set the variable on the launcher; with Open MPI add -x NAME to mpirun. (MPIJob v1: "
+    "setting it on the Workers is enough.)",
+    kinds=MPI_KINDS,
+    applies=common.is_mpi_launcher,
 )
-def forwards_nccl(doc: Document, ctx: Context) -> Iterator[Violation]:
-    roles = _roles(doc, ctx)
-    launcher, worker = roles.get("Launcher"), roles.get("Worker")
-    if launcher is None or not launcher.containers:
+def forwards_nccl(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    job = common.mpi_job(pod, ctx)
+    if job is None or not pod.containers:
         return
-    container = launcher.containers[0]
-    forwarded = _forwarded(argv(container))
-    wanted: set[str] = set()
-    for pod in (launcher, worker):
-        for c in pod.containers if pod else []:
-            wanted |= {name for name in env_of(c) if name.startswith("NCCL_")}
-    for name in sorted(wanted - forwarded):
+    forwarded = set(common.mpirun_exports(argv(pod.containers[0])))
+    on_launcher, on_ranks = _nccl(pod), _nccl(job.ranks)
+    command = (*pod.container_path(0), "command")
+    if not job.over_ssh:
+        for name in sorted(on_launcher - on_ranks - forwarded):
+            yield Violation(
+                f"{name} is set on the Launcher only and mpirun does not forward it "
+                f"(no -x {name}): the ranks inherit the Workers' environment, which lacks it",
+                command,
+            )
+        return
+    for name in sorted(on_ranks - on_launcher):
         yield Violation(
-            f"mpirun does not forward {name} (no -x {name})",
-            (*launcher.container_path(0), "command"),
+            f"{name} is set on the {job.ranks_role} only: ranks start over SSH and never see "
+            "that environment; set it on the launcher",
+            command,
         )
+    if job.implementation == "OpenMPI":
+        for name in sorted(on_launcher - forwarded):
+            yield Violation(
+                f"mpirun does not forward {name} (no -x {name}): Open MPI passes only what "
+                "-x names to ranks started over SSH",
+                command,
+            )
 
 
-@resource_rule(
+@pod_rule(
     id="mpi-launcher-gpus",
     severity=WARNING,
-    title="The MPI launcher holds no GPUs",
-    why="The launcher only runs mpirun; GPUs it requests sit idle for the whole job.",
-    fix="Remove GPU requests from the Launcher; give it a little CPU and memory.",
-    kinds=("MPIJob",),
+    title="An MPI launcher that is not a worker holds no GPUs",
+    why="With the MPI Operator (runLauncherAsWorker false) the launcher only runs mpirun and "
+    "the operator even hides its GPUs (NVIDIA_VISIBLE_DEVICES empty); a Trainer v2 launcher "
+    "without runLauncherAsNode is not in the hostfile. GPUs it requests sit idle for the "
+    "whole job. (The Training Operator's v1 launcher that requests GPUs is a worker too.)",
+    fix="Remove GPU requests from the launcher and give it a little CPU and memory, or make "
+    "it a worker (runLauncherAsWorker / runLauncherAsNode: true).",
+    kinds=MPI_KINDS,
+    applies=common.is_mpi_launcher,
 )
-def launcher_gpus(doc: Document, ctx: Context) -> Iterator[Violation]:
-    launcher = _roles(doc, ctx).get("Launcher")
-    if launcher is not None and launcher.gpus:
-        yield Violation(f"the Launcher requests {launcher.gpus} GPU(s)", launcher.path)
+def launcher_gpus(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    job = common.mpi_job(pod, ctx)
+    if job is not None and pod.gpus and not job.launcher_computes:
+        yield Violation(
+            f"the launcher requests {pod.gpus} GPU(s) but is not in the hostfile", pod.path
+        )
 
 
-@resource_rule(
+@pod_rule(
     id="mpi-slots",
     severity=ERROR,
-    title="MPI ranks match GPUs: -np and slotsPerWorker",
-    why="slotsPerWorker is the ranks per worker pod and should be its GPU count; -np must be "
-    "Worker replicas x slotsPerWorker or mpirun oversubscribes or leaves GPUs unused.",
-    fix="slotsPerWorker = GPUs per worker; -np = replicas x slotsPerWorker (or omit -np).",
-    kinds=("MPIJob",),
+    title="MPI ranks match GPUs: -np and slots per worker",
+    why="The hostfile gives each worker pod its slots (slotsPerWorker, or the MPI runtime's "
+    "numProcPerNode) and mpirun starts one rank per slot; slots should be the worker's GPU "
+    "count, and an explicit -np must equal the slots of every pod in the hostfile (the "
+    "launcher's too when it is a worker), or mpirun oversubscribes or leaves GPUs unused.",
+    fix="Slots per worker = GPUs per worker; -np = workers x slots (plus the launcher's when "
+    "it computes), or omit -np.",
+    kinds=MPI_KINDS,
+    applies=common.is_mpi_launcher,
 )
-def slots(doc: Document, ctx: Context) -> Iterator[Violation]:
-    spec = doc.obj.get("spec") or {}
-    per_worker = spec.get("slotsPerWorker", 1)
-    if not is_int(per_worker):
-        return  # the schema check reports it
-    roles = _roles(doc, ctx)
-    worker, launcher = roles.get("Worker"), roles.get("Launcher")
-    if worker is not None and worker.gpus and worker.gpus != per_worker:
+def slots(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    job = common.mpi_job(pod, ctx)
+    if job is None or job.ranks is None or not is_int(job.slots):
+        return  # a non-integer count is the schema check's
+    ranks = job.ranks
+    if ranks.gpus and ranks.gpus != job.slots and pod.doc.kind != "TrainJob":
+        # A TrainJob's own numProcPerNode is trainjob-procs-per-node's.
         yield Violation(
-            f"slotsPerWorker is {per_worker} but each worker has {worker.gpus} GPUs",
-            ("spec", "slotsPerWorker"),
+            f"{job.slots_field[-1]} is {job.slots} but each {job.ranks_role} has {ranks.gpus} GPUs",
+            job.slots_field,
         )
-    if worker is None or launcher is None or not launcher.containers:
+    if not pod.containers or not is_int(ranks.replicas):
         return
-    words = argv(launcher.containers[0])
+    words = argv(pod.containers[0])
     for index, word in enumerate(words):
         value = None
         if word in ("-np", "-n", "--np", "-c") and index + 1 < len(words):
@@ -97,10 +143,186 @@ def slots(doc: Document, ctx: Context) -> Iterator[Violation]:
         elif word.startswith(("-np=", "--np=")):
             value = word.split("=", 1)[1]
         if value is not None and value.isdigit():
-            expected = (worker.replicas or 1) * per_worker
+            hosts = ranks.replicas + (1 if job.launcher_computes else 0)
+            expected = hosts * job.slots
             if int(value) != expected:
                 yield Violation(
-                    f"-np {value} but {worker.replicas} workers x {per_worker} slots = {expected}",
-                    (*launcher.container_path(0), "args"),
+                    f"-np {value} but the hostfile has {hosts} pod(s) x {job.slots} slots "
+                    f"= {expected}",
+                    (*pod.container_path(0), "args" if "args" in pod.containers[0] else "command"),
                 )
             break
+
+
+@pod_rule(
+    id="mpi-launcher-as-worker",
+    severity=ERROR,
+    title="A launcher that runs ranks has the workers' GPUs",
+    why="runLauncherAsWorker (MPI Operator) or runLauncherAsNode (Trainer v2) puts the "
+    "launcher in the hostfile with as many slots as a worker: if the launcher requests no "
+    "GPU while the workers do, the ranks placed on it find no device and the job fails (or "
+    "trains on CPU).",
+    fix="Give the launcher the workers' GPU (and RDMA) requests, or turn runLauncherAsWorker "
+    "/ runLauncherAsNode off.",
+    kinds=MPI_KINDS,
+    applies=common.is_mpi_launcher,
+)
+def launcher_as_worker(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    job = common.mpi_job(pod, ctx)
+    if job is None or job.api == "v1" or not job.launcher_computes or job.ranks is None:
+        return
+    if job.ranks.gpus and not pod.gpus:
+        yield Violation(
+            f"{job.compute_field[-1]} is true but the launcher requests no GPU while each "
+            f"{job.ranks_role} has {job.ranks.gpus}",
+            job.compute_field,
+        )
+
+
+@pod_rule(
+    id="mpi-ssh-auth-path",
+    severity=ERROR,
+    title="SSH keys are mounted in the home of the user the MPI containers run as",
+    why="The MPI Operator and Trainer v2 mount the job's SSH keys at sshAuthMountPath "
+    "(default /root/.ssh); ssh on the launcher and sshd on the workers look in the home of "
+    "the user they run as. Keys under /root for a non-root user, or elsewhere for root, "
+    "are never read: mpirun fails with 'Permission denied (publickey)'.",
+    fix="Set sshAuthMountPath to <home of the containers' user>/.ssh (for example "
+    "/home/trainer/.ssh for uid 1000 in the trainer image), or /root/.ssh for root.",
+    kinds=MPI_KINDS,
+    applies=common.is_mpi_launcher,
+)
+def ssh_auth_path(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    job = common.mpi_job(pod, ctx)
+    if job is None or job.ssh_path is None:
+        return
+    users = {uid for p in (pod, job.ranks) if p is not None for uid in common.run_as_users(p)}
+    root = job.ssh_path.rstrip("/") == ROOT_SSH or job.ssh_path.startswith("/root/")
+    if 0 in users and not root:
+        yield Violation(
+            f"the containers run as root but the SSH keys are mounted at {job.ssh_path}, not "
+            f"{ROOT_SSH}",
+            job.ssh_path_field,
+        )
+    non_root = sorted(uid for uid in users if uid != 0)
+    if non_root and root:
+        yield Violation(
+            f"the containers run as uid {non_root[0]} but the SSH keys are mounted at "
+            f"{job.ssh_path}, under root's home",
+            job.ssh_path_field,
+        )
+
+
+@pod_rule(
+    id="mpi-implementation-command",
+    severity=ERROR,
+    title="The launcher's mpirun is the MPI implementation the job declares",
+    why="mpiImplementation tells the operator which hostfile format and environment to "
+    "write (Open MPI's, or Hydra's for Intel MPI and MPICH). Open MPI flags such as -x, "
+    "--allow-run-as-root or --mca make Hydra's mpirun stop with an unknown option, and "
+    "Hydra's -genv or -ppn stop Open MPI's.",
+    fix="Use the flags of the declared implementation (Hydra passes the launcher's whole "
+    "environment; -genv NAME VALUE adds one), or declare the implementation the image has.",
+    kinds=MPI_KINDS,
+    applies=common.is_mpi_launcher,
+)
+def implementation_command(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    job = common.mpi_job(pod, ctx)
+    if job is None or job.api == "v1" or not pod.containers:
+        return
+    words = argv(pod.containers[0])
+    if job.implementation == "OpenMPI":
+        foreign, family = sorted(set(words) & HYDRA_FLAGS), "Hydra (Intel MPI, MPICH)"
+    else:
+        foreign, family = sorted(set(words) & OPENMPI_FLAGS), "Open MPI"
+    if foreign:
+        yield Violation(
+            f"mpiImplementation is {job.implementation} but mpirun gets {family} flags: "
+            f"{', '.join(foreign)}",
+            (*pod.container_path(0), "command" if "command" in pod.containers[0] else "args"),
+        )
+
+
+def _image_name(container: dict) -> str:
+    image = str(container.get("image", "")).split("@", 1)[0]
+    name = image.rsplit("/", 1)[-1]
+    return name.split(":", 1)[0]
+
+
+def _operators(ctx: Context) -> tuple[list[Document], list[Document]]:
+    """(Training Operators that serve MPIJob, MPI Operators) among the render's Deployments."""
+
+    def serves_mpijob(container: dict) -> bool:
+        schemes = [
+            str(a).split("=", 1)[1].lower()
+            for a in container.get("args") or []
+            if str(a).startswith("--enable-scheme=")
+        ]
+        return not schemes or "mpijob" in schemes  # no flag: every kind
+
+    def found() -> tuple[list[Document], list[Document]]:
+        training, mpi = [], []
+        for doc in ctx.of_kind("Deployment"):
+            template = mapping(mapping(doc.obj.get("spec")).get("template"))
+            for container in dicts(mapping(template.get("spec")).get("containers")):
+                name = _image_name(container)
+                if name == "training-operator" and serves_mpijob(container):
+                    training.append(doc)
+                elif name == "mpi-operator":
+                    mpi.append(doc)
+        return training, mpi
+
+    return ctx.memo("mpijob-operators", found)
+
+
+@resource_rule(
+    id="mpijob-crd-owners",
+    severity=ERROR,
+    title="One operator owns mpijobs.kubeflow.org",
+    why="The Training Operator (MPIJob v1) and the MPI Operator (v2beta1) define the same CRD "
+    "name, mpijobs.kubeflow.org, and a cluster holds one of them. Installing both lets two "
+    "controllers reconcile every MPIJob (or leaves one without the version it serves); "
+    "switching replaces the CRD, which deletes every MPIJob stored under it.",
+    fix="Pick one in the cluster profile (mpiOperator: training-operator | mpi-operator): "
+    "with the MPI Operator, the Training Operator runs with --enable-scheme for every kind "
+    "but mpijob and without its MPIJob CRD (base/operators/training-operator-without-mpijob).",
+    kinds=("Deployment", "CustomResourceDefinition"),
+)
+def crd_owners(doc: Document, ctx: Context) -> Iterator[Violation]:
+    training, mpi = _operators(ctx)
+    if doc.kind == "Deployment":
+        if doc in training and mpi:
+            yield Violation(
+                f"the Training Operator serves MPIJob (no --enable-scheme leaves mpijob out) "
+                f"while the MPI Operator {mpi[0].name} in this render does too",
+                ("spec", "template", "spec", "containers"),
+            )
+        return
+    if doc.name != "mpijobs.kubeflow.org":
+        return
+    crds = ctx.memo(
+        "mpijob-crds",
+        lambda: [d for d in ctx.of_kind("CustomResourceDefinition") if d.name == doc.name],
+    )
+    if len(crds) > 1 and doc is not crds[0]:
+        yield Violation(
+            f"a second definition of {doc.name} in this render: two installs bring it",
+            ("metadata", "name"),
+        )
+    served = {
+        str(v.get("name"))
+        for v in dicts(mapping(doc.obj.get("spec")).get("versions"))
+        if v.get("served", True)
+    }
+    if mpi and "v2beta1" not in served:
+        yield Violation(
+            f"the MPI Operator serves kubeflow.org/v2beta1 but this CRD serves "
+            f"{', '.join(sorted(served)) or 'nothing'}: it is the Training Operator's",
+            ("spec", "versions"),
+        )
+    if training and "v1" not in served:
+        yield Violation(
+            f"the Training Operator serves MPIJob kubeflow.org/v1 but this CRD serves "
+            f"{', '.join(sorted(served)) or 'nothing'}: it is the MPI Operator's",
+            ("spec", "versions"),
+        )

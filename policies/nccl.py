@@ -170,7 +170,8 @@ def socket_ifname(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
         value = env.get("NCCL_SOCKET_IFNAME")
         at = (*pod.container_path(index), "env", env_index(container, "NCCL_SOCKET_IFNAME"))
         if value is None:
-            if secondary and ranks.uses_gpus and "NCCL_SOCKET_IFNAME" not in env:
+            ranks_env = common.rank_env(pod, container, ctx)
+            if secondary and ranks.uses_gpus and "NCCL_SOCKET_IFNAME" not in ranks_env:
                 yield Violation(
                     f"the pod attaches {', '.join(secondary)} but NCCL_SOCKET_IFNAME is unset: "
                     "NCCL may bootstrap over eth0",
@@ -247,7 +248,7 @@ def transport_evidence(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if not common.multi_node(pod, ctx):
         return
     for index, container in enumerate(pod.containers):
-        env = env_of(container)
+        env = common.rank_env(pod, container, ctx)
         level = (env.get("NCCL_DEBUG") or "").upper()
         if level not in ("INFO", "TRACE") and not env.get("TRAINER_EXPECT_TRANSPORT"):
             yield Violation(

@@ -12,6 +12,7 @@ from . import common
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 
 
 def _selects_gpu_nodes(pod: PodTemplate) -> bool:
@@ -144,7 +145,7 @@ def gang_min_available(doc: Document, ctx: Context) -> Iterator[Violation]:
     why="Kueue leaves a job whose LocalQueue does not exist suspended forever; Volcano rejects "
     "a PodGroup for a missing queue. Either way nothing starts and nothing fails.",
     fix="Create the LocalQueue (Kueue) or Queue (Volcano), or correct the name.",
-    kinds=tuple(REPLICA_FIELDS),
+    kinds=(*REPLICA_FIELDS, "TrainJob", "ClusterTrainingRuntime", "TrainingRuntime"),
 )
 def queue_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
     # Only where the queues would be visible: a cluster render, or one that defines queues.
@@ -159,10 +160,14 @@ def queue_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
             f"no LocalQueue {queue!r} in namespace {doc.namespace or 'default'}",
             ("metadata", "labels", KUEUE_LABEL),
         )
-    policy = (((doc.obj.get("spec") or {}).get("runPolicy") or {}).get("schedulingPolicy")) or {}
-    volcano = policy.get("queue")
+    spec = doc.obj.get("spec") or {}
+    path = ("spec", "runPolicy", "schedulingPolicy", "queue")
+    volcano = ((spec.get("runPolicy") or {}).get("schedulingPolicy") or {}).get("queue")
+    if doc.kind in ("ClusterTrainingRuntime", "TrainingRuntime"):
+        # Trainer v2 gives its Volcano PodGroup the queue the runtime's template names.
+        path = ("spec", "template", "metadata", "annotations", VOLCANO_QUEUE_ANNOTATION)
+        annotations = ((spec.get("template") or {}).get("metadata") or {}).get("annotations")
+        volcano = (annotations or {}).get(VOLCANO_QUEUE_ANNOTATION)
     volcano_visible = ctx.has_platform or bool(ctx.of_kind("Queue"))
     if volcano and volcano_visible and ctx.find("Queue", str(volcano)) is None:
-        yield Violation(
-            f"no Volcano Queue {volcano!r}", ("spec", "runPolicy", "schedulingPolicy", "queue")
-        )
+        yield Violation(f"no Volcano Queue {volcano!r}", path)

@@ -455,10 +455,6 @@ def _elastic_bounds(docs: Docs) -> None:
     job(docs, elastic=True)["spec"]["elasticPolicy"]["minReplicas"] = 5
 
 
-def _not_forwarded(docs: Docs) -> None:
-    set_env(job(docs, "MPIJob"), "NCCL_IB_TIMEOUT", "22")
-
-
 def _launcher_gpu(docs: Docs) -> None:
     launcher = job(docs, "MPIJob")["spec"]["mpiReplicaSpecs"]["Launcher"]
     launcher["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 1
@@ -664,8 +660,6 @@ FIXTURES: dict[str, tuple[Callable[[], Docs], Callable[[], Docs]]] = {
     "replica-container-name": (edit(_container_name), baseline),
     "pytorchjob-replicas": (edit(_two_masters), baseline),
     "elastic-policy": (edit(_elastic_bounds), baseline),
-    "mpi-forwards-nccl": (edit(_not_forwarded), baseline),
-    "mpi-launcher-gpus": (edit(_launcher_gpu), baseline),
     "mpi-slots": (edit(_slots), baseline),
     "gpu-node-placement": (edit(_no_gpu_selector), baseline),
     "placement-selects-own-pods": (edit(_spread_other_job), baseline),
@@ -693,3 +687,487 @@ FIXTURES: dict[str, tuple[Callable[[], Docs], Callable[[], Docs]]] = {
 }
 # remote-base-pinned needs a kustomization on disk; tests/policies/test_rules.py builds one.
 RENDER_FIXTURES = {"remote-base-pinned"}
+
+
+# -- MPI Operator v2 (MPIJob v2beta1) and Kubeflow Trainer v2 --------------------------------
+# A second clean render: the same platform with an MPIJob v2beta1, the cluster's torch and
+# MPI ClusterTrainingRuntimes and a TrainJob on each. MPI rules have a failing and a passing
+# fixture on it (V2BETA1_FIXTURES; tests/policies/test_v2_kinds.py runs them).
+
+JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+TRAINER_STEP = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+
+
+def _launcher_container(name: str) -> dict[str, Any]:
+    launcher = container(name)
+    launcher["resources"] = {
+        "requests": {"cpu": "1", "memory": "2Gi"},
+        "limits": {"cpu": "1", "memory": "2Gi"},
+    }
+    launcher.pop("securityContext")
+    launcher.pop("volumeMounts")
+    forward = [w for name in [*NCCL, "TRAINER_CHECKPOINT_DIR"] for w in ("-x", name)]
+    launcher["command"] = ["mpirun", "--bind-to", "none", *forward, "python", "-m", "trainer"]
+    launcher["args"] = ["--model", "cnn"]
+    return launcher
+
+
+def _sshd_pod(container_name: str, job_label: str) -> dict[str, Any]:
+    worker = pod(container_name)
+    worker["spec"]["securityContext"] = {"runAsUser": 1000, "fsGroup": 1000}
+    main = worker["spec"]["containers"][0]
+    main["command"] = ["/usr/sbin/sshd", "-De", "-f", "/home/trainer/.sshd_config"]
+    main.pop("args")
+    term = worker["spec"]["affinity"]["podAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    term[0]["podAffinityTerm"]["labelSelector"]["matchExpressions"][0]["key"] = job_label
+    term[0]["podAffinityTerm"]["matchLabelKeys"] = [job_label]
+    return worker
+
+
+def mpijob_v2() -> dict[str, Any]:
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": meta("moe-mpi", **{"kueue.x-k8s.io/queue-name": "training"}),
+        "spec": {
+            "slotsPerWorker": 8,
+            "mpiImplementation": "OpenMPI",
+            "launcherCreationPolicy": "WaitForWorkersReady",
+            "runLauncherAsWorker": False,
+            "sshAuthMountPath": "/home/trainer/.ssh",
+            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 6},
+            "mpiReplicaSpecs": {
+                "Launcher": {
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "securityContext": {"runAsUser": 1000},
+                            "containers": [_launcher_container("launcher")],
+                        }
+                    },
+                },
+                "Worker": {
+                    "replicas": 2,
+                    "template": _sshd_pod("worker", "training.kubeflow.org/job-name"),
+                },
+            },
+        },
+    }
+
+
+def _runtime(name: str, policy: dict[str, Any], jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "trainops"}},
+        "spec": {
+            "mlPolicy": {"numNodes": 1, **policy},
+            "template": {"spec": {"replicatedJobs": jobs}},
+        },
+    }
+
+
+def torch_runtime() -> dict[str, Any]:
+    node = pod("node")
+    term = node["spec"]["affinity"]["podAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    term[0]["podAffinityTerm"]["labelSelector"]["matchExpressions"][0]["key"] = JOBSET_LABEL
+    term[0]["podAffinityTerm"]["matchLabelKeys"] = [JOBSET_LABEL]
+    job = {
+        "name": "node",
+        "template": {"metadata": {"labels": TRAINER_STEP}, "spec": {"template": node}},
+    }
+    return _runtime("torch-distributed-roce", {"torch": {}}, [job])
+
+
+def mpi_runtime() -> dict[str, Any]:
+    policy = {
+        "mpi": {
+            "numProcPerNode": 8,
+            "mpiImplementation": "OpenMPI",
+            "sshAuthMountPath": "/home/trainer/.ssh",
+            "runLauncherAsNode": False,
+        }
+    }
+    nodes = {"name": "node", "template": {"spec": {"template": _sshd_pod("node", JOBSET_LABEL)}}}
+    launcher_pod = {
+        "spec": {
+            "securityContext": {"runAsUser": 1000},
+            "containers": [_launcher_container("node")],
+        }
+    }
+    launcher = {
+        "name": "launcher",
+        "dependsOn": [{"name": "node", "status": "Ready"}],
+        "template": {"metadata": {"labels": TRAINER_STEP}, "spec": {"template": launcher_pod}},
+    }
+    return _runtime("mpi-distributed-roce", policy, [nodes, launcher])
+
+
+def trainjob(name: str, runtime: str, **trainer: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": meta(name, **{"kueue.x-k8s.io/queue-name": "training"}),
+        "spec": {
+            "runtimeRef": {"name": runtime},
+            "trainer": {"numNodes": 4, "args": ["--model", "gpt"], **trainer},
+        },
+    }
+
+
+def baseline_v2() -> Docs:
+    return [
+        *platform(),
+        mpijob_v2(),
+        torch_runtime(),
+        mpi_runtime(),
+        trainjob("llama-v2", "torch-distributed-roce", numProcPerNode=8),
+        trainjob("llama-mpi", "mpi-distributed-roce"),
+    ]
+
+
+def edit_v2(function: Callable[[Docs], None]) -> Callable[[], Docs]:
+    def build() -> Docs:
+        docs = copy.deepcopy(baseline_v2())
+        function(docs)
+        return docs
+
+    return build
+
+
+def named(docs: Docs, kind: str, name: str | None = None) -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"]))
+
+
+def v2_launcher(docs: Docs) -> dict[str, Any]:
+    spec = named(docs, "MPIJob")["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    return spec["containers"][0]
+
+
+def v2_worker(docs: Docs) -> dict[str, Any]:
+    return named(docs, "MPIJob")["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+
+
+def runtime_jobs(docs: Docs, name: str) -> dict[str, dict[str, Any]]:
+    runtime = named(docs, "ClusterTrainingRuntime", name)
+    return {
+        job["name"]: job["template"]["spec"]["template"]["spec"]
+        for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    }
+
+
+def _worker_only_var(docs: Docs) -> None:
+    v2_worker(docs)["containers"][0]["env"].append({"name": "NCCL_IB_TIMEOUT", "value": "22"})
+
+
+def _launcher_var_not_forwarded(docs: Docs) -> None:
+    v2_launcher(docs)["env"].append({"name": "NCCL_IB_TIMEOUT", "value": "22"})
+
+
+def _hydra_without_x(docs: Docs) -> None:
+    _launcher_var_not_forwarded(docs)
+    named(docs, "MPIJob")["spec"]["mpiImplementation"] = "Intel"
+    v2_launcher(docs)["command"] = ["mpirun", "python", "-m", "trainer"]
+
+
+def _v2_launcher_gpu(docs: Docs) -> None:
+    v2_launcher(docs)["resources"]["limits"]["nvidia.com/gpu"] = 1
+
+
+def _v2_launcher_worker_with_gpus(docs: Docs) -> None:
+    named(docs, "MPIJob")["spec"]["runLauncherAsWorker"] = True
+    v2_launcher(docs)["resources"] = copy.deepcopy(v2_worker(docs)["containers"][0]["resources"])
+
+
+def _v2_launcher_worker_without_gpus(docs: Docs) -> None:
+    named(docs, "MPIJob")["spec"]["runLauncherAsWorker"] = True
+
+
+def _v2_slots(docs: Docs) -> None:
+    named(docs, "MPIJob")["spec"]["slotsPerWorker"] = 4
+
+
+def _v2_np(value: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        v2_launcher(docs)["args"] = ["-np", value, "--model", "cnn"]
+
+    return change
+
+
+def _v2_np_with_launcher(docs: Docs) -> None:
+    _v2_launcher_worker_with_gpus(docs)
+    _v2_np("24")(docs)  # (2 workers + the launcher) x 8 slots
+
+
+def _ssh_under_root(docs: Docs) -> None:
+    named(docs, "MPIJob")["spec"]["sshAuthMountPath"] = "/root/.ssh"
+
+
+def _ssh_default_as_root(docs: Docs) -> None:
+    _ssh_under_root(docs)
+    v2_worker(docs)["securityContext"]["runAsUser"] = 0
+    named(docs, "MPIJob")["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"][
+        "securityContext"
+    ]["runAsUser"] = 0
+
+
+def _implementation(name: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        named(docs, "MPIJob")["spec"]["mpiImplementation"] = name
+
+    return change
+
+
+def _genv_under_openmpi(docs: Docs) -> None:
+    v2_launcher(docs)["command"][1:1] = ["-genv", "NCCL_IB_TIMEOUT", "22"]
+
+
+def _hydra_command(docs: Docs) -> None:
+    _implementation("MPICH")(docs)
+    v2_launcher(docs)["command"] = ["mpirun", "-genvall", "python", "-m", "trainer"]
+
+
+def _v1_launcher_only_var(docs: Docs) -> None:
+    launcher = job(docs, "MPIJob")["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    launcher["containers"][0]["env"].append({"name": "NCCL_IB_TIMEOUT", "value": "22"})
+
+
+def _v1_worker_only_var(docs: Docs) -> None:
+    """MPIJob v1: ranks inherit the Workers' environment (kubectl exec): no -x needed."""
+    worker = job(docs, "MPIJob")["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    worker["containers"][0]["env"].append({"name": "NCCL_IB_TIMEOUT", "value": "22"})
+
+
+def _runtime_node_var(docs: Docs) -> None:
+    nodes = runtime_jobs(docs, "mpi-distributed-roce")["node"]
+    nodes["containers"][0]["env"].append({"name": "NCCL_IB_TIMEOUT", "value": "22"})
+
+
+def _operators(training_flags: list[str] | None, mpi: bool) -> Callable[[], Docs]:
+    def deployment(name: str, image: str, args: list[str]) -> dict[str, Any]:
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "kubeflow"},
+            "spec": {
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": name, "image": image, "args": args}]},
+                },
+            },
+        }
+
+    def build() -> Docs:
+        docs = []
+        if training_flags is not None:
+            docs.append(
+                deployment(
+                    "training-operator", "kubeflow/training-operator:v1-5170a36", training_flags
+                )
+            )
+        if mpi:
+            docs.append(
+                deployment("mpi-operator", "mpioperator/mpi-operator:0.8.0", ["-alsologtostderr"])
+            )
+        return docs
+
+    return build
+
+
+WITHOUT_MPIJOB = [f"--enable-scheme={k}" for k in ("pytorchjob", "tfjob", "jaxjob")]
+
+
+def _mpijob_crd(*versions: str) -> Callable[[], Docs]:
+    def build() -> Docs:
+        return [
+            {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": "mpijobs.kubeflow.org"},
+                "spec": {
+                    "group": "kubeflow.org",
+                    "names": {"kind": "MPIJob", "plural": "mpijobs"},
+                    "scope": "Namespaced",
+                    "versions": [
+                        {"name": v, "served": True, "storage": i == 0}
+                        for i, v in enumerate(versions)
+                    ],
+                },
+            }
+        ]
+
+    return build
+
+
+def _both(*builders: Callable[[], Docs]) -> Callable[[], Docs]:
+    return lambda: [doc for build in builders for doc in build()]
+
+
+def _missing_runtime(docs: Docs) -> None:
+    named(docs, "TrainJob", "llama-v2")["spec"]["runtimeRef"]["name"] = "torch-distributed"
+
+
+def _no_num_nodes(docs: Docs) -> None:
+    del named(docs, "TrainJob", "llama-v2")["spec"]["trainer"]["numNodes"]
+
+
+def _procs(value: int) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        named(docs, "TrainJob", "llama-v2")["spec"]["trainer"]["numProcPerNode"] = value
+
+    return change
+
+
+def _resources_per_node(gpus: int | None) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        trainer = named(docs, "TrainJob", "llama-v2")["spec"]["trainer"]
+        del trainer["numProcPerNode"]
+        limits: dict[str, Any] = {"cpu": "96", "memory": "1Ti"}
+        if gpus:
+            limits["nvidia.com/gpu"] = gpus
+        trainer["resourcesPerNode"] = {"limits": limits}
+
+    return change
+
+
+def _reserved_env(docs: Docs) -> None:
+    trainer = named(docs, "TrainJob", "llama-v2")["spec"]["trainer"]
+    trainer["env"] = [{"name": "PET_NNODES", "value": "4"}]
+
+
+def _ordinary_env(docs: Docs) -> None:
+    trainer = named(docs, "TrainJob", "llama-v2")["spec"]["trainer"]
+    trainer["env"] = [{"name": "NCCL_IB_TIMEOUT", "value": "22"}]
+
+
+def _trainer_image(name: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        named(docs, "TrainJob", name)["spec"]["trainer"]["image"] = "registry.example.com/t:2.0"
+
+    return change
+
+
+def _runtime_off_network(docs: Docs) -> None:
+    node = named(docs, "ClusterTrainingRuntime", "torch-distributed-roce")
+    template = node["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    del template["metadata"]["annotations"]
+
+
+def _trainjob_queue(name: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        labels = named(docs, "TrainJob", "llama-v2")["metadata"]["labels"]
+        labels["kueue.x-k8s.io/queue-name"] = name
+
+    return change
+
+
+def _volcano_runtime_queue(name: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        docs.append(
+            {
+                "apiVersion": "scheduling.volcano.sh/v1beta1",
+                "kind": "Queue",
+                "metadata": {"name": "training"},
+                "spec": {"capability": {"nvidia.com/gpu": "64"}},
+            }
+        )
+        runtime = named(docs, "ClusterTrainingRuntime", "torch-distributed-roce")
+        runtime["spec"]["podGroupPolicy"] = {"volcano": {}}
+        runtime["spec"]["template"]["metadata"] = {
+            "annotations": {"scheduling.volcano.sh/queue-name": name}
+        }
+
+    return change
+
+
+def _runtime_launcher_as_node(with_gpus: bool) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        runtime = named(docs, "ClusterTrainingRuntime", "mpi-distributed-roce")
+        runtime["spec"]["mlPolicy"]["mpi"]["runLauncherAsNode"] = True
+        if with_gpus:
+            jobs = runtime_jobs(docs, "mpi-distributed-roce")
+            resources = copy.deepcopy(jobs["node"]["containers"][0]["resources"])
+            jobs["launcher"]["containers"][0]["resources"] = resources
+
+    return change
+
+
+def _runtime_ssh_under_root(docs: Docs) -> None:
+    runtime = named(docs, "ClusterTrainingRuntime", "mpi-distributed-roce")
+    runtime["spec"]["mlPolicy"]["mpi"]["sshAuthMountPath"] = "/root/.ssh"
+
+
+# rule id -> (failing, passing) on MPIJob v2beta1 (for the MPI rules that also cover v1).
+V2BETA1_FIXTURES: dict[str, tuple[Callable[[], Docs], Callable[[], Docs]]] = {
+    "mpi-forwards-nccl": (edit_v2(_worker_only_var), edit_v2(_hydra_without_x)),
+    "mpi-launcher-gpus": (edit_v2(_v2_launcher_gpu), edit_v2(_v2_launcher_worker_with_gpus)),
+    "mpi-slots": (edit_v2(_v2_np("24")), edit_v2(_v2_np_with_launcher)),
+}
+# More pairs for rules whose behaviour differs by API or implementation.
+MORE_FIXTURES: dict[str, list[tuple[Callable[[], Docs], Callable[[], Docs]]]] = {
+    "mpi-forwards-nccl": [
+        (edit_v2(_launcher_var_not_forwarded), baseline_v2),
+        (edit(_v1_launcher_only_var), edit(_v1_worker_only_var)),
+        (edit_v2(_runtime_node_var), baseline_v2),
+    ],
+    "mpi-slots": [(edit_v2(_v2_slots), baseline_v2)],
+    "mpi-ssh-auth-path": [
+        (edit_v2(_ssh_under_root), edit_v2(_ssh_default_as_root)),
+        (edit_v2(_runtime_ssh_under_root), baseline_v2),
+    ],
+    "mpi-implementation-command": [(edit_v2(_implementation("MPICH")), edit_v2(_hydra_command))],
+    "mpijob-crd-owners": [
+        (_both(_operators([], True), _mpijob_crd("v2beta1")), _operators([], False)),
+        (
+            _both(_operators(None, True), _mpijob_crd("v1")),
+            _both(_operators(None, True), _mpijob_crd("v2beta1")),
+        ),
+        (_both(_mpijob_crd("v1"), _mpijob_crd("v2beta1")), _mpijob_crd("v2beta1")),
+    ],
+    "mpi-launcher-as-worker": [
+        (edit_v2(_runtime_launcher_as_node(False)), edit_v2(_runtime_launcher_as_node(True)))
+    ],
+    "queue-exists": [
+        (edit_v2(_trainjob_queue("gpu-queue")), edit_v2(_trainjob_queue("training"))),
+        (edit_v2(_volcano_runtime_queue("gpu")), edit_v2(_volcano_runtime_queue("training"))),
+    ],
+    "trainjob-procs-per-node": [(edit_v2(_procs(16)), baseline_v2)],
+    "trainjob-reserved-env": [(edit_v2(_reserved_env), edit_v2(_ordinary_env))],
+}
+
+FIXTURES.update(
+    {
+        # MPIJob v1: the ranks inherit the Workers' environment, so only a launcher-only
+        # variable needs -x; and a launcher that requests GPUs is a worker (in the hostfile).
+        "mpi-forwards-nccl": (edit(_v1_launcher_only_var), baseline),
+        "mpi-launcher-gpus": (edit_v2(_v2_launcher_gpu), edit(_launcher_gpu)),
+        "mpi-launcher-as-worker": (
+            edit_v2(_v2_launcher_worker_without_gpus),
+            edit_v2(_v2_launcher_worker_with_gpus),
+        ),
+        "mpi-ssh-auth-path": (edit_v2(_ssh_under_root), baseline_v2),
+        "mpi-implementation-command": (edit_v2(_genv_under_openmpi), baseline_v2),
+        "mpijob-crd-owners": (
+            _operators([], True),
+            _operators(WITHOUT_MPIJOB, True),
+        ),
+        "trainjob-runtime-missing": (edit_v2(_missing_runtime), baseline_v2),
+        "trainjob-num-nodes": (edit_v2(_no_num_nodes), baseline_v2),
+        "trainjob-procs-per-node": (edit_v2(_procs(4)), baseline_v2),
+        "trainjob-resources-without-gpus": (
+            edit_v2(_resources_per_node(None)),
+            edit_v2(_resources_per_node(8)),
+        ),
+        "trainjob-reserved-env": (edit_v2(_reserved_env), baseline_v2),
+        "trainjob-image-on-mpi-runtime": (
+            edit_v2(_trainer_image("llama-mpi")),
+            edit_v2(_trainer_image("llama-v2")),
+        ),
+        "runtime-fabric-network": (edit_v2(_runtime_off_network), baseline_v2),
+    }
+)
