@@ -120,6 +120,35 @@ def test_mpijob_run_on_an_mpi_operator_cluster_is_v2beta1(trainops, workspace):
     assert job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
 
 
+def test_intel_mpi_run_gets_hydra_mpirun_and_needs_its_own_image(trainops, workspace):
+    args = [
+        "new-run",
+        "prod-b200",
+        "intel-1",
+        "--template",
+        "mpijob",
+        "--nodes",
+        "2",
+        "--mpi-implementation",
+        "Intel",
+    ]
+    refused = trainops(*args, cwd=workspace)
+    assert refused.code == 2 and "ships Open MPI; give --image" in refused.err
+    assert status(workspace) == ""
+    run = trainops(*args, "--image", "registry.example.com/intel-trainer:2025.1", cwd=workspace)
+    assert run.code == 0, run.err
+    validate_clean(trainops, workspace, "overlays/prod-b200/runs/intel-1")
+    rendered = trainops(
+        "render", "--format", "json", "overlays/prod-b200/runs/intel-1", cwd=workspace
+    )
+    [record] = json.loads(rendered.out)
+    spec = record["object"]["spec"]
+    launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    assert spec["mpiImplementation"] == "Intel"
+    assert launcher["command"] == ["mpirun", "python", "-m", "trainer"]  # no Open MPI -x
+    assert launcher["image"] == "registry.example.com/intel-trainer:2025.1"
+
+
 def test_mpi_implementation_needs_an_mpi_operator_cluster(trainops, workspace):
     run = trainops(
         "new-run",
@@ -309,3 +338,148 @@ def test_a_new_user_follows_the_readme_to_a_new_cluster_and_a_run(trainops, work
     clusters = sorted(p.parent.name for p in (workspace / "overlays").glob("*/cluster.yaml"))
     assert len(clusters) == 5
     validate_clean(trainops, workspace, "overlays")
+
+
+def _render_one(trainops, workspace, path: str) -> dict:
+    rendered = trainops("render", "--format", "json", path, cwd=workspace)
+    [record] = json.loads(rendered.out)
+    return record["object"]
+
+
+@pytest.mark.parametrize(
+    ("template", "runtime"),
+    [("trainjob", "torch-distributed-ib"), ("trainjob-mpi", "mpi-distributed-ib")],
+)
+def test_trainjob_run_validates_with_its_cluster_and_names_its_runtime(
+    trainops, workspace, template, runtime
+):
+    run = trainops(
+        "new-run",
+        "prod-b200",
+        "v2-run",
+        "--template",
+        template,
+        "--nodes",
+        "2",
+        "--",
+        "--model",
+        "gpt",
+        cwd=workspace,
+    )
+    assert run.code == 0, run.err
+    validate_clean(trainops, workspace, "overlays/prod-b200/runs/v2-run")
+    job = _render_one(trainops, workspace, "overlays/prod-b200/runs/v2-run")
+    assert (job["kind"], job["spec"]["runtimeRef"]["name"]) == ("TrainJob", runtime)
+    assert job["spec"]["trainer"]["numNodes"] == 2 and job["spec"]["trainer"]["args"] == [
+        "--model",
+        "gpt",
+    ]
+
+
+def test_a_trainjob_runs_broken_override_is_caught_at_the_trainjobs_path(trainops, workspace):
+    assert (
+        trainops(
+            "new-run",
+            "prod-b200",
+            "bad-net",
+            "--template",
+            "trainjob",
+            "--nodes",
+            "2",
+            cwd=workspace,
+        ).code
+        == 0
+    )
+    kustomization = workspace / "overlays/prod-b200/runs/bad-net/kustomization.yaml"
+    text = kustomization.read_text()
+    text = text.replace(
+        "      value: 2\n",
+        "      value: 2\n    - op: add\n      path: /spec/trainer/env\n"
+        "      value: [{name: NCCL_SOCKET_IFNAME, value: '=ib0'}]\n",
+    )
+    kustomization.write_text(text)
+    run = trainops("validate", "--format", "json", "overlays/prod-b200/runs/bad-net", cwd=workspace)
+    assert run.code == 1
+    [finding] = [f for f in json.loads(run.out)["findings"] if f["severity"] == "error"]
+    assert (finding["rule"], finding["resource"], finding["path"]) == (
+        "nccl-socket-ifname",
+        "TrainJob/training/bad-net",
+        "spec.trainer.env[0].value",
+    )
+    assert "=ib0 matches none of the pod's interfaces" in finding["message"]
+
+
+def test_runs_only_use_templates_their_cluster_offers(trainops, workspace):
+    v1_only = trainops(
+        "new-run", "prod-roce", "x-1", "--template", "trainjob", "--nodes", "2", cwd=workspace
+    )
+    assert v1_only.code == 2 and "has no trainjob template (trainer: v1" in v1_only.err
+    v2_only = trainops(
+        "new-run", "prod-b200", "x-2", "--template", "pytorchjob", "--nodes", "2", cwd=workspace
+    )
+    assert v2_only.code == 2 and "use mpijob, trainjob, trainjob-mpi" in v2_only.err
+    image = trainops(
+        "new-run",
+        "prod-b200",
+        "x-3",
+        "--template",
+        "trainjob-mpi",
+        "--nodes",
+        "2",
+        "--image",
+        "r/t:2.0",
+        cwd=workspace,
+    )
+    assert image.code == 2 and "launcher only" in image.err
+    assert status(workspace) == ""
+
+
+def test_a_trainer_v2_profile_without_the_training_operator_cannot_keep_its_mpijob(
+    trainops, workspace
+):
+    run = trainops("set", "prod-b200", "mpiOperator=training-operator", cwd=workspace)
+    assert run.code == 2
+    assert "mpiOperator: training-operator needs the Training Operator" in run.err
+    assert status(workspace) == ""
+
+
+def test_trainer_both_with_volcano_renders_every_path(trainops, workspace):
+    """A cluster serving v1 and v2 with Volcano: both operators' templates, the runtimes'
+    PodGroup policy and queue, and the Training Operator's enable-scheme flags."""
+    profile = (
+        "fabric: tcp\nnic: eth1\ngpusPerNode: 2\nnodes: 4\nstorageClass: nfs\n"
+        "image: r/trainer:1.0\nscheduler: volcano\nqueue: research\ntrainer: both\n"
+        "mpiOperator: mpi-operator\n"
+    )
+    source = write(workspace / "both.yaml", profile)
+    assert trainops("new-cluster", "gpu-both", "--from", str(source), cwd=workspace).code == 0
+    templates = sorted(p.name for p in (workspace / "overlays/gpu-both/training").iterdir())
+    assert templates == [
+        "cluster",
+        "elastic",
+        "mpijob",
+        "preflight",
+        "pytorchjob",
+        "runtimes",
+        "trainjob",
+        "trainjob-mpi",
+    ]
+    validate_clean(trainops, workspace, "overlays/gpu-both")
+    rendered = trainops("render", "--format", "json", "overlays/gpu-both", cwd=workspace)
+    objects = [r["object"] for r in json.loads(rendered.out)]
+    runtimes = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterTrainingRuntime"}
+    assert set(runtimes) == {"torch-distributed-tcp", "mpi-distributed-tcp"}
+    for runtime in runtimes.values():
+        assert runtime["spec"]["podGroupPolicy"] == {"volcano": {}}
+        annotations = runtime["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["scheduling.volcano.sh/queue-name"] == "research"
+        for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+            assert job["template"]["spec"]["template"]["spec"]["schedulerName"] == "volcano"
+    args = {
+        o["metadata"]["name"]: o["spec"]["template"]["spec"]["containers"][0].get("args", [])
+        for o in objects
+        if o["kind"] == "Deployment"
+    }
+    assert "--enable-scheme=pytorchjob" in args["training-operator"]
+    assert not any("mpijob" in a for a in args["training-operator"])
+    assert {"kubeflow-trainer-controller-manager", "jobset-controller-manager"} <= set(args)

@@ -164,6 +164,10 @@ def _platform_kustomization(p: ClusterProfile) -> str:
     if p.scheduler != "default":
         patches.append({"path": "platform/queue.yaml"})
         patches.extend(_queue_renames(p))
+        if p.queue != "training":
+            # The platform's scheduler Component sets the default queue on the jobs and
+            # runtimes it holds (preflight, runtimes) again: name the cluster's after it.
+            patches.extend(_queue_patches(p))
     doc = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
