@@ -40,6 +40,8 @@ EXPECTED = {
     "002-distributed-training-guide.yaml": {
         (GANG, "schema"): "schedulerName is not a PyTorchJob field; Master has no containers",
         (GANG, "replica-container-name"): "the webhook wants a container named pytorch",
+        (GANG, "webhook"): "the operator's webhook refuses a replica without containers",
+        (GANG, "api-validation"): "the Master's pods would be refused: a pod needs a container",
         (RESNET, "checkpoint-missing"): "the dataset volume is read-only; no checkpoint volume",
         (RESNET, "grace-period-short"): "default grace period",
         (RESNET, "gpu-node-placement"): "no GPU node selection",
@@ -92,6 +94,7 @@ EXPECTED = {
         (DEEPSPEED, "gpu-node-placement"): "no GPU node selection",
         (DEEPSPEED, "nccl-transport-evidence"): "NCCL_DEBUG never reaches the ranks",
         (ELASTIC, "replica-container-name"): "container 'trainer': the webhook rejects the job",
+        (ELASTIC, "webhook"): "the webhook refuses a PyTorchJob without a container named pytorch",
         (ELASTIC, "rendezvous-endpoint"): "names elastic-training-master-0 in a Worker-only job",
         (ELASTIC, "elastic-rdzv-id"): "rendezvous id defaults to 'none'",
         (ELASTIC, "dev-shm-missing"): "4 GPUs per pod, 64 MiB /dev/shm",

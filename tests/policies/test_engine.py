@@ -520,3 +520,15 @@ def test_trainjob_runtime_patches_merge_by_name_and_are_blamed_for_what_they_bre
     ]
     assert image.path == "spec.runtimeRef"
     assert "ClusterTrainingRuntime torch-distributed-roce at spec.template" in image.message
+
+
+def test_trainjob_resources_merge_with_the_runtimes_by_resource_name():
+    more_memory = _trainjob(numNodes=2, resourcesPerNode={"limits": {"memory": "2Ti"}})
+    ctx = Context(
+        Target("file", "f"), [Document(obj=o, source="f") for o in [_runtime(), more_memory]]
+    )
+    [node] = ctx.pods(ctx.find("TrainJob", "llama"))
+    limits = node.containers[0]["resources"]["limits"]
+    assert limits["memory"] == "2Ti" and limits["nvidia.com/gpu"] == 8
+    path = (*node.container_path(0), "resources", "limits", "memory")
+    assert node.origin(path) == (("spec", "trainer", "resourcesPerNode", "limits", "memory"), "")

@@ -4,10 +4,11 @@ Kubeflow Trainer v2 builds a TrainJob's JobSet from the (Cluster)TrainingRuntime
 references. The TrainJob's `runtimePatches` merge into the runtime's template the
 way server-side apply merges (named list items by name, other lists replaced),
 and its `trainer` fields override the trainer node's container (image, command,
-args, env by name, resources) and its node count. Every field the TrainJob sets
-remembers where in the TrainJob it was written, so a finding on the effective pod
-is reported at the TrainJob's own path; a finding on what the runtime alone
-provides is reported at `spec.runtimeRef` and names the runtime.
+args, env by name, requests and limits by resource name) and its node count.
+Every field the TrainJob sets remembers where in the TrainJob it was written, so a
+finding on the effective pod is reported at the TrainJob's own path; a finding on
+what the runtime alone provides is reported at `spec.runtimeRef` and names the
+runtime.
 """
 
 from __future__ import annotations
@@ -119,9 +120,19 @@ def _apply_trainer(
         if field in trainer:
             container[field] = copy.deepcopy(trainer[field])
             sources[(*here, field)] = (*there, field)
-    if "resourcesPerNode" in trainer:
-        container["resources"] = copy.deepcopy(trainer["resourcesPerNode"])
-        sources[(*here, "resources")] = (*there, "resourcesPerNode")
+    if isinstance(trainer.get("resourcesPerNode"), dict):
+        # Trainer merges requests and limits by resource name (MergeResourceRequirements):
+        # a TrainJob asking for more memory keeps the runtime's GPUs.
+        resources = container.get("resources")
+        if not isinstance(resources, dict):
+            resources = container["resources"] = {}
+        _merge(
+            resources,
+            trainer["resourcesPerNode"],
+            (*here, "resources"),
+            (*there, "resourcesPerNode"),
+            sources,
+        )
     if isinstance(trainer.get("env"), list):
         env = container.setdefault("env", [])
         if isinstance(env, list):
