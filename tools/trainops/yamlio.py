@@ -9,6 +9,8 @@ the document's text and is only paid for when a finding exists.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import re
 from collections.abc import Iterator
@@ -122,21 +124,35 @@ def load_documents(
     """
     where = file or source
     documents: list[Document] = []
-    for line, chunk in split_documents(text):
-        obj = parse_document(chunk, line, where, duplicates)
-        if obj is None:
-            continue
-        for item in _expand_lists(obj, where, line):
-            documents.append(
-                Document(
-                    obj=item,
-                    source=source,
-                    file=file,
-                    line=line if file else None,
-                    text=chunk if keep_text and item is obj else None,
+    with _cycle_collection_paused():
+        for line, chunk in split_documents(text):
+            obj = parse_document(chunk, line, where, duplicates)
+            if obj is None:
+                continue
+            for item in _expand_lists(obj, where, line):
+                documents.append(
+                    Document(
+                        obj=item,
+                        source=source,
+                        file=file,
+                        line=line if file else None,
+                        text=chunk if keep_text and item is obj else None,
+                    )
                 )
-            )
     return documents
+
+
+@contextlib.contextmanager
+def _cycle_collection_paused() -> Iterator[None]:
+    """Parsed documents are trees: the cyclic collector would scan them for nothing,
+    again and again as they pile up (a third of the time of a 10,000-document stream)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def parse_document(chunk: str, first_line: int, where: str, duplicates: str = REFUSE) -> Any:

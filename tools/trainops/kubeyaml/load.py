@@ -63,7 +63,10 @@ def _differs_when_plain(text: str) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _ryaml_keeps_string(text: str) -> bool:
-    return ryaml.loads(text).__class__ is str
+    try:
+        return ryaml.loads(text).__class__ is str
+    except Exception:  # ryaml refuses some numbers (beyond 64 bits): unsure, so differs
+        return True
 
 
 def _same_for_the_cluster(obj: Any) -> bool:
