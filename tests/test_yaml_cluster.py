@@ -246,3 +246,23 @@ def test_merge_keys_validate_like_kubectl(trainops, tmp_path: Path):
     assert run.code == 1
     paths = {f["path"] for f in json.loads(run.out)["findings"]}
     assert "spec.template.spec.containers[1].imagePullPolicy" in paths, paths
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: " + "[" * 100_000 + "]" * 100_000 + "\n",
+        "a: " + "[[]," * 20_000 + "]" * 20_000 + "\n",  # depth grows between siblings
+        "data: " + "{a: " * 100_000 + "}" * 100_000 + "\n",
+    ],
+)
+def test_deep_flow_nesting_is_refused_without_ryaml(monkeypatch, text):
+    """serde_yaml needs minutes for these (its time grows with the square of the depth);
+    they must go straight to the reader, which stops at the first level too deep."""
+
+    asked: list[str] = []
+    monkeypatch.setattr("trainops.kubeyaml.load.ryaml.loads", asked.append)
+    with pytest.raises(YamlProblem) as caught:
+        load_document(text)
+    assert caught.value.kind == "depth" and caught.value.line == 0
+    assert asked == []

@@ -6,7 +6,8 @@ transpile of the same libyaml that go-yaml ports, so both accept the same syntax
 ryaml differs only in how it resolves plain scalars (YAML 1.2) and in what it does with
 anchors, tags, merge keys, duplicate keys and non-string keys. Its result is therefore
 used only when none of those can matter:
-- the text has no `&` (no anchors, so no aliases) and no `!` (no tags);
+- the text has no `&` (no anchors, so no aliases), no `!` (no tags) and no flow
+  brackets nested deeper than serde_yaml's limit;
 - ryaml accepted the document (it refuses duplicate keys and nesting past 128);
 - every key is a string that go-yaml would also read as that string, and `<<` is none;
 - no string is one that ryaml keeps as a string when written plain but go-yaml reads
@@ -19,6 +20,7 @@ A non-string value ryaml resolved is one go-yaml resolves the same way
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 import ryaml
@@ -35,7 +37,7 @@ _RISKY_FIRST = frozenset(word[0] for word in _GO_ONLY_WORDS) | NUMERIC_START | {
 
 def load_document(text: str, duplicates: str = REFUSE) -> Any:
     """The first document of `text`, decoded as sigs.k8s.io/yaml decodes it."""
-    if "&" not in text and "!" not in text:
+    if "&" not in text and "!" not in text and _flow_depth_within(text, _RYAML_DEPTH):
         try:
             obj = ryaml.loads(text)
         except Exception:  # ryaml raises its own error type; the reader explains it
@@ -46,6 +48,27 @@ def load_document(text: str, duplicates: str = REFUSE) -> Any:
 
 
 _UNSURE = object()
+_RYAML_DEPTH = 128  # serde_yaml's recursion limit
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _flow_depth_within(text: str, limit: int) -> bool:
+    """False when flow brackets may nest deeper than `limit` (quoted ones count too).
+
+    serde_yaml refuses such documents anyway, after time that grows with the square of
+    the depth (minutes at 100,000), where libyaml's events take milliseconds.
+    """
+    if text.count("[") + text.count("{") <= limit:
+        return True
+    depth = 0
+    for match in _BRACKETS.finditer(text):
+        if match.group() in "[{":
+            depth += 1
+            if depth > limit:
+                return False
+        elif depth:
+            depth -= 1
+    return True
 
 
 def _differs_when_plain(text: str) -> bool:
