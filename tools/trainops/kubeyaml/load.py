@@ -19,7 +19,6 @@ A non-string value ryaml resolved is one go-yaml resolves the same way
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import Any
 
@@ -84,7 +83,6 @@ def _differs_when_plain(text: str) -> bool:
     return _ryaml_keeps_string(text)
 
 
-@functools.lru_cache(maxsize=4096)
 def _ryaml_keeps_string(text: str) -> bool:
     try:
         return ryaml.loads(text).__class__ is str
@@ -92,15 +90,30 @@ def _ryaml_keeps_string(text: str) -> bool:
         return True
 
 
+_VERDICTS: dict[str, bool] = {}  # _differs_when_plain of strings seen, bounded
+_MAX_VERDICTS = 20_000
+
+
+def _verdict(text: str) -> bool:
+    differs = _differs_when_plain(text)
+    if len(_VERDICTS) < _MAX_VERDICTS:
+        _VERDICTS[text] = differs
+    return differs
+
+
 def _same_for_the_cluster(obj: Any) -> bool:
-    first = _RISKY_FIRST
+    first, verdicts = _RISKY_FIRST, _VERDICTS
     pending = [obj]
     while pending:
         item = pending.pop()
         if item.__class__ is dict:
             for key in item:
-                if key.__class__ is not str or (key[:1] in first and _differs_when_plain(key)):
+                if key.__class__ is not str:
                     return False
+                if key[:1] in first:
+                    differs = verdicts.get(key)
+                    if differs or (differs is None and _verdict(key)):
+                        return False
             values: Any = item.values()
         elif item.__class__ is list:
             values = item
@@ -109,8 +122,10 @@ def _same_for_the_cluster(obj: Any) -> bool:
         for value in values:
             cls = value.__class__
             if cls is str:
-                if value[:1] in first and _differs_when_plain(value):
-                    return False
+                if value[:1] in first:
+                    differs = verdicts.get(value)
+                    if differs or (differs is None and _verdict(value)):
+                        return False
             elif cls is dict or cls is list:
                 pending.append(value)
             elif cls is float:
