@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
 from trainops import __version__
+from trainops.cli.kubeconform import run_as as kubeconform_as
 from trainops.errors import EXIT_INPUT, InputError
 
 
@@ -65,6 +67,8 @@ _register()
 
 
 def main() -> None:
+    if os.path.basename(sys.argv[0]) == "kubeconform":  # linked under kubeconform's name
+        sys.exit(kubeconform_as(sys.argv[1:], sys.argv[0]))
     try:
         cli(prog_name="trainops")
     except BrokenPipeError:  # `trainops render | head`
