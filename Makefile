@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-stamp
 CRDS ?= ../shared/crds
 MIRROR_CRDS := base/operators/mirror/kubeflow-training-operator-v1.9.0/manifests/base/crds
 
-.PHONY: install validate test lint format bench schemas train-local clean
+.PHONY: install validate test test-repeat lint format bench schemas train-local clean
 
 $(STAMP): pyproject.toml trainer/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,13 @@ format: $(STAMP)
 
 test: validate lint
 	$(BIN)/pytest
+
+# A race shows up as a rare failure: run the tests that start processes many times
+# (pytest-repeat). scripts/test-under-load.sh runs tests while every core is busy.
+COUNT ?= 30
+TESTS ?= tests/trainer/test_failures.py
+test-repeat: $(STAMP)
+	$(BIN)/pytest --count=$(COUNT) -x -q $(TESTS)
 
 bench: $(STAMP)
 	$(BIN)/python -m tests.bench

@@ -54,9 +54,38 @@ def test_discovery_renders_kustomizations_and_loose_files_only(trainops, tree: P
     assert records[0]["object"]["metadata"]["labels"] == {"fabric": "tcp"}
 
 
-def test_yaml_output_keeps_sources_and_is_deterministic(trainops, tree: Path):
+@pytest.fixture
+def reversing_kustomize(tmp_path: Path) -> dict:
+    """Puts a `kustomize` on PATH that finishes builds in reverse order: the overlay's
+    build waits until the nested run's is done (a file says so), then both run the real
+    `kubectl kustomize`. The wait is bounded only to turn a hang into a failure."""
+    bin_dir = tmp_path / "reversing-bin"
+    run_built = tmp_path / "run-built"
+    kubectl = shutil.which("kubectl")
+    script = write(
+        bin_dir / "kustomize",
+        f"""#!/bin/sh
+case "$2" in
+*/runs/r1) {kubectl} kustomize "$2"; status=$?; touch {run_built}; exit $status ;;
+esac
+tries=0
+while [ ! -e {run_built} ]; do
+  tries=$((tries + 1)); [ $tries -gt 6000 ] && exit 1
+  sleep 0.05
+done
+exec {kubectl} kustomize "$2"
+""",
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_yaml_output_keeps_sources_and_is_deterministic(
+    trainops, tree: Path, reversing_kustomize: dict
+):
     first = trainops("render", "-j", "1", cwd=tree)
-    second = trainops("render", "-j", "4", "--no-cache", cwd=tree)
+    # In parallel, the later target's build finishing first: the output keeps source order.
+    second = trainops("render", "-j", "4", "--no-cache", cwd=tree, env=reversing_kustomize)
     assert first.code == 0 and first.out == second.out
     assert first.out.startswith("# Source: overlays/lab\napiVersion: v1\n")
     assert "---\n# Source: overlays/lab/runs/r1\n" in first.out

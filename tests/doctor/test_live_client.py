@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import socket
 import threading
 from urllib.parse import urlsplit
 
@@ -104,15 +105,19 @@ def test_live_client_against_a_stand_in_api_server_and_replay(
 
 
 def test_an_unreachable_cluster_is_a_one_line_error(trainops, tmp_path):
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text("""\
+    # A port this test holds bound but never listens on: connections to it are refused,
+    # and no other process on the machine can start listening there meanwhile.
+    with socket.socket() as refusing:
+        refusing.bind(("127.0.0.1", 0))
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(f"""\
 apiVersion: v1
 kind: Config
-clusters: [{name: gone, cluster: {server: "http://127.0.0.1:9"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: gone, context: {cluster: gone, user: u}}]
+clusters: [{{name: gone, cluster: {{server: "http://127.0.0.1:{refusing.getsockname()[1]}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: gone, context: {{cluster: gone, user: u}}}}]
 current-context: gone
 """)
-    run = trainops("doctor", "job", "llama", env={"KUBECONFIG": str(kubeconfig)})
+        run = trainops("doctor", "job", "llama", env={"KUBECONFIG": str(kubeconfig)})
     assert run.code == 2
     assert len(run.err.strip().splitlines()) == 1 and "GET /api/v1/namespaces" in run.err

@@ -9,6 +9,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,14 +60,13 @@ def trainer_env(**extra: str) -> dict:
     return env
 
 
-def launch(
-    *args: str,
-    nproc: int = 2,
-    timeout: float = 180,
-    env: dict | None = None,
-    module: str = "trainer",
-) -> TrainerRun:
-    command = [
+# Upper bound of one trainer run: only turns a hang into a failure, never decides a
+# pass. Runs take seconds; a loaded two-core machine can make that a minute.
+RUN_LIMIT = 300
+
+
+def launch_command(*args: str, nproc: int = 2, module: str = "trainer") -> list[str]:
+    return [
         sys.executable,
         "-m",
         "trainer.launch",
@@ -74,9 +76,18 @@ def launch(
         module,
         *args,
     ]
+
+
+def launch(
+    *args: str,
+    nproc: int = 2,
+    timeout: float = RUN_LIMIT,
+    env: dict | None = None,
+    module: str = "trainer",
+) -> TrainerRun:
     # A session of its own: on a timeout the launcher and every rank are killed together.
     process = subprocess.Popen(
-        command,
+        launch_command(*args, nproc=nproc, module=module),
         env=env or trainer_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -90,6 +101,39 @@ def launch(
         stdout, stderr = process.communicate()
         pytest.fail(f"trainer did not finish within {timeout}s:\n{stderr[-3000:]}")
     return TrainerRun(process.returncode, stdout, stderr)
+
+
+@contextmanager
+def running(command: list[str], stderr_file: Path, limit: float = RUN_LIMIT) -> Iterator:
+    """A process group to talk to while it runs (stdout piped, stderr to a file).
+
+    Past `limit` seconds the group is killed, which ends any read of its stdout; on
+    leaving, whatever is still running is killed too.
+    """
+    with (
+        stderr_file.open("w") as stderr,
+        subprocess.Popen(
+            command,
+            env=trainer_env(),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+        ) as process,
+    ):
+        killer = threading.Timer(limit, _kill_group, (process,))
+        killer.start()
+        try:
+            yield process
+        finally:
+            killer.cancel()
+            _kill_group(process)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        with suppress(ProcessLookupError):  # exited meanwhile
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 def inspect(directory: Path, *extra: str) -> dict:

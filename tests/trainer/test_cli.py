@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
-from tests.trainer.conftest import launch, trainer_env
+from tests.trainer.conftest import RUN_LIMIT, launch, trainer_env
 from trainer.cli import parse_args, parse_fault
 from trainer.config import Fault
 from trainer.errors import ConfigError
-from trainer.launch import exit_code_for
+from trainer.launch import exit_code_for, root_failure
 
 
 def run_module(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -20,7 +21,7 @@ def run_module(*args: str, env: dict | None = None) -> subprocess.CompletedProce
         capture_output=True,
         text=True,
         env=env or trainer_env(),
-        timeout=120,
+        timeout=RUN_LIMIT,
         check=False,
     )
 
@@ -53,6 +54,7 @@ def test_bad_environment_values_are_named():
 def test_fault_specs():
     assert parse_fault("sigkill@12:rank=1") == Fault("sigkill", 12, 1)
     assert parse_fault("nan@3") == Fault("nan", 3, None)
+    assert parse_fault("watchdog@4:rank=0") == Fault("watchdog", 4, 0)
     for bad in ("oom@3", "nan", "nan@0", "hang@2:node=1"):
         with pytest.raises(Exception, match=r"fault|integer"):
             parse_fault(bad)
@@ -109,3 +111,17 @@ def test_launcher_exit_codes_keep_permanent_and_retryable_apart():
     )
     assert config_error.code == 2  # permanent: the ExitCode policy does not retry
     assert config_error.stderr.count("/nonexistent.bin: no such file") == 1  # rank 0 only
+
+
+def test_launcher_blames_the_failure_that_caused_the_others():
+    def failures(*codes_and_times):
+        return {
+            rank: SimpleNamespace(exitcode=code, timestamp=time)
+            for rank, (code, time) in enumerate(codes_and_times)
+        }
+
+    # Rank 0 lost its peer and exited before torchrun noticed rank 1's SIGKILL: torchrun
+    # saw both in the same second, rank 0 first.
+    assert root_failure(failures((201, 100), (-9, 100)))[0] == 1
+    assert root_failure(failures((201, 101), (201, 100)))[0] == 1  # only lost peers: earliest
+    assert root_failure(failures((1, 100), (143, 101)))[0] == 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from tests.trainer.conftest import inspect, launch
 
 ARGS = (
@@ -57,21 +59,49 @@ def test_nan_that_outlasts_every_rollback_exits_as_diverged(tmp_path):
     assert "consecutive non-finite steps after 1 rollback(s)" in run.stderr
 
 
-def test_hang_ends_within_the_watchdog_timeout(tmp_path):
-    # A generous collective timeout: only the 3-second watchdog can end this in time,
-    # and launch() fails the test if the run outlives its 60 s budget.
+# Rank 1 hangs at step 4. Which rank's watchdog fires first is chosen by fault
+# injection, not left to the scheduler: the stuck rank itself, or rank 0, which waits
+# for it in the gradient all-reduce (`watchdog@4` fires there only once rank 1's hang
+# has begun). Both watchdog timeouts are far beyond the run's time: only the injected
+# watchdog can fire.
+FIRST_TO_NOTICE = {"stuck-rank-notices": 1, "waiting-rank-notices": 0}
+
+
+@pytest.mark.parametrize("noticer", FIRST_TO_NOTICE.values(), ids=FIRST_TO_NOTICE.keys())
+def test_hang_ends_within_the_watchdog_timeout(tmp_path, noticer):
     run = launch(
         *ARGS,
         "--checkpoint-dir",
         str(tmp_path / "ckpt"),
         "--watchdog-timeout",
-        "3",
+        "600",
         "--collective-timeout",
         "600",
         "--inject-fault",
         "hang@4:rank=1",
-        timeout=60,
+        "--inject-fault",
+        f"watchdog@4:rank={noticer}",
     )
     assert run.code == 200, run.stderr  # retryable
-    assert "step 4 exceeded the watchdog timeout of 3s" in run.stderr
-    assert "in during_step" in run.stderr  # the stack of the hung thread is in the log
+    assert "step 4 exceeded the watchdog timeout of 600s" in run.stderr
+    assert f"the watchdog of rank {noticer} fired first, at step 4" in run.stderr
+    assert "culprit: rank 1," in run.stderr
+    stacks = stacks_by_rank(run.stderr)
+    assert set(stacks) == {0, 1}, run.stderr  # every rank joined the report
+    assert "rank 1: step 4, outside any collective" in stacks[1]
+    assert "in during_step" in stacks[1]  # the stack of the hung thread
+    if noticer == 0:
+        assert "rank 0: step 4, in the gradient all-reduce (ended by: its watchdog)" in stacks[0]
+
+
+def stacks_by_rank(stderr: str) -> dict[int, str]:
+    """The stack sections of trainer-launch's hang report, by rank (header included)."""
+    sections: dict[int, list[str]] = {}
+    current = None
+    for line in stderr.splitlines():
+        text = line.removeprefix("trainer-launch: ")
+        if text.startswith("stacks of rank "):
+            current = sections.setdefault(int(text.split()[3].rstrip(":")), [])
+        if current is not None and line.startswith("trainer-launch: "):
+            current.append(text)
+    return {rank: "\n".join(lines) for rank, lines in sections.items()}

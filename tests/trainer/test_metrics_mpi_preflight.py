@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from tests.trainer.conftest import launch, trainer_env
+from tests.trainer.conftest import RUN_LIMIT, launch, trainer_env
 from trainer.config import MetricsConfig
 from trainer.metrics import Metrics, peak_flops_for
 from trainer.preflight import bus_bandwidth
@@ -75,7 +75,14 @@ def test_mpi_ranks_meet_in_the_checkpoint_directory_without_mpirun(tmp_path):
                 text=True,
             )
         )
-    outputs = [process.communicate(timeout=120) for process in processes]
+    try:
+        # The bound only turns a rendezvous that never completes into a failure.
+        outputs = [process.communicate(timeout=RUN_LIMIT) for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
     assert [process.returncode for process in processes] == [0, 0], outputs[1][1]
     start = json.loads(outputs[0][0].splitlines()[0])
     assert start["launcher"] == "mpirun" and start["world_size"] == 2
@@ -90,7 +97,7 @@ def test_mpi_ranks_without_a_rendezvous_get_a_clear_error():
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=RUN_LIMIT,
         check=False,
     )
     assert done.returncode == 2

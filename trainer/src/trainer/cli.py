@@ -279,8 +279,8 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KIND@STEP[:rank=R]",
-        help="chaos testing: sigkill, sigterm, nan, hang or exception at a "
-        "step, once per job; repeatable",
+        help="chaos testing: sigkill, sigterm, nan, hang, exception or watchdog "
+        "(fire the watchdog now) at a step, once per job; repeatable",
     )
 
     metrics = parser.add_argument_group("metrics")

@@ -9,6 +9,13 @@ instead of crashing again at the same step.
     nan@S       during step S: the loss becomes NaN
     hang@S      during step S: sleep forever before the collectives
     exception@S during step S: raise an error
+    watchdog@S  during step S: the watchdog fires as if the step had timed out, where
+                the step blocks: in the hang, with hang@S on the same rank; else in
+                the gradient all-reduce, once every hang@S of another rank has begun
+                (their markers), so that this rank is the one that notices the hang
+
+With `watchdog@S` the order in which ranks notice a hang is chosen, not left to
+the scheduler: the hang report must name the stuck rank in either order.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ import logging
 import os
 import signal
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from trainer.config import Fault
@@ -28,11 +37,26 @@ class InjectedFault(RuntimeError):
     pass
 
 
+# How often a rank looks for the markers of the hangs it waits for.
+_MARKER_POLL_SECONDS = 0.05
+
+
 class FaultInjector:
-    def __init__(self, faults: tuple[Fault, ...], rank: int, marker_dir: Path | None):
+    def __init__(
+        self,
+        faults: tuple[Fault, ...],
+        rank: int,
+        marker_dir: Path | None,
+        expire_watchdog: Callable[[], None] = lambda: None,
+    ):
         self.faults = [f for f in faults if f.rank is None or f.rank == rank]
         self.rank = rank
         self.marker_dir = marker_dir / ".faults" if marker_dir else None
+        self.expire_watchdog = expire_watchdog
+        # Hangs of other ranks, by step: `watchdog@S` waits for them to begin.
+        self._peer_hangs = {
+            (f.step, f.rank) for f in faults if f.kind == "hang" and f.rank not in (None, rank)
+        }
         self._fired: set[Fault] = set()
 
     def _claim(self, kind: str, step: int) -> Fault | None:
@@ -54,10 +78,29 @@ class FaultInjector:
     def during_step(self, step: int) -> bool:
         """Hang or raise if due; True when this step's loss must become NaN."""
         if self._claim("hang", step):
+            if self._claim("watchdog", step):
+                self.expire_watchdog()
             threading.Event().wait()
         if self._claim("exception", step):
             raise InjectedFault(f"injected exception at step {step}")
         return self._claim("nan", step) is not None
+
+    def in_gradient_all_reduce(self, step: int) -> None:
+        """Called as the rank starts waiting for its peers' gradients."""
+        if self._claim("watchdog", step):
+            self._wait_for_peer_hangs(step)
+            self.expire_watchdog()
+
+    def _wait_for_peer_hangs(self, step: int) -> None:
+        if self.marker_dir is None:
+            return
+        markers = [
+            self.marker_dir / f"hang@{step}.rank{rank}"
+            for hang_step, rank in self._peer_hangs
+            if hang_step == step
+        ]
+        while not all(marker.exists() for marker in markers):
+            time.sleep(_MARKER_POLL_SECONDS)
 
     def after_step(self, step: int) -> None:
         if self._claim("sigkill", step):

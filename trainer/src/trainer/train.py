@@ -36,6 +36,7 @@ from trainer.data import SampleOrder, load_dataset, rank_share
 from trainer.errors import DivergedError, ExitCode, TrainerError
 from trainer.faults import FaultInjector
 from trainer.guard import NonFiniteGuard, Verdict
+from trainer.hangreport import HangReport
 from trainer.metrics import Metrics, peak_flops_for
 from trainer.models import build_model, loss_fn, training_flops_per_sample
 from trainer.termination import TerminationHandler
@@ -156,7 +157,9 @@ class Trainer:
 
         self.guard = NonFiniteGuard(config.guard)
         marker_dir = config.checkpoint.directory
-        self.faults = FaultInjector(config.faults, self.rank, marker_dir)
+        self.faults = FaultInjector(
+            config.faults, self.rank, marker_dir, expire_watchdog=self.watchdog.expire
+        )
         peak = config.metrics.peak_flops
         if peak is None and self.device.type == "cuda":
             peak = peak_flops_for(torch.cuda.get_device_name(self.device))
@@ -257,7 +260,7 @@ class Trainer:
     def train(self) -> ExitCode:
         config, progress = self.config, self.progress
         TerminationHandler(self._on_sigterm).install()
-        self.watchdog.start()
+        self.watchdog.start(HangReport.from_env(self.rank))
         self.metrics.emit(
             "start",
             step=progress.step,
@@ -290,7 +293,9 @@ class Trainer:
             loss = loss_fn(self.ddp(inputs), targets)
             if poison:
                 loss = loss * float("nan")
-            loss.backward()
+            with self.watchdog.collective("gradient all-reduce"):
+                self.faults.in_gradient_all_reduce(step)
+                loss.backward()
             max_norm = config.optim.grad_clip or math.inf
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.ddp.parameters(), max_norm))
             loss_value = float(loss.detach())
@@ -322,7 +327,8 @@ class Trainer:
                 window_started = now
             if self.ckpt is not None:
                 if step % config.checkpoint.interval == 0 or step == config.max_steps:
-                    self.ckpt.save(step, self._state())
+                    with self.watchdog.collective("checkpoint save"):
+                        self.ckpt.save(step, self._state())
                 self.ckpt.poll()
         return self._finish()
 
@@ -332,7 +338,8 @@ class Trainer:
         totals = torch.tensor(
             [window["loss"], float(window["applied"])], dtype=torch.float64, device=self.device
         )
-        dist.all_reduce(totals)
+        with self.watchdog.collective("metrics all-reduce"):
+            dist.all_reduce(totals)
         loss = (totals[0] / totals[1]).item() if window["applied"] else None
         steps = max(1, window["steps"])
         samples_per_second = self.global_batch * steps / seconds if seconds > 0 else 0.0
@@ -399,10 +406,12 @@ class Trainer:
             raise DivergedError(
                 f"step {step}: non-finite gradients and no --checkpoint-dir to roll back to"
             )
-        self.ckpt.wait()
         consumed = self.progress.consumed_samples + self.global_batch
         launches = self.progress.launches
-        if self._restore() is None:
+        with self.watchdog.collective("checkpoint restore"):
+            self.ckpt.wait()
+            restored = self._restore()
+        if restored is None:
             raise DivergedError(
                 f"step {step}: non-finite gradients and no checkpoint to roll back to"
             )
@@ -449,6 +458,7 @@ class Trainer:
         if not self._exit_lock.acquire(blocking=False):
             threading.Event().wait()  # another thread is already doing this
         self.watchdog.stop()
+        self.watchdog.join_report(reason)
         # Wait for a step boundary: the optimizer step must not be half applied.
         consistent = self.state_lock.acquire(timeout=60)
         step = self.progress.step if hasattr(self, "progress") else 0
@@ -500,6 +510,7 @@ def run(config: TrainConfig) -> int:
         if _is_peer_loss(error) and hasattr(trainer, "progress"):
             log.error("a collective failed, another rank is gone: %s", str(error).splitlines()[0])
             trainer.emergency_exit(ExitCode.PEER_LOST, "peer lost")
+        trainer.watchdog.join_report("an error")
         traceback.print_exc()
         code = ExitCode.FAILED
     _hard_exit(code)

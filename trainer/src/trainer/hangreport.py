@@ -1,0 +1,193 @@
+"""The hang report: what every rank of a node was doing when one rank's watchdog fired.
+
+The rank whose watchdog fires first is often not the one that is stuck: a rank that
+waits in an all-reduce for a hung peer times out just as well, and once it exits the
+launcher tears the stuck peer down before that peer could say where it was. So
+`trainer-launch` gives its workers a directory (`TRAINER_HANG_REPORT_DIR`). The rank
+whose watchdog fires declares the hang there, writes its state and stacks, and exits;
+every other rank, on its way out (the launcher's SIGTERM or the failed collective),
+sees the declaration and writes its own. The launcher waits for its workers to exit
+(torchrun's SIGTERM-to-SIGKILL grace period bounds that) and prints one report that
+names the rank the others wait for: the rank outside any collective while peers
+wait inside one.
+
+Each torchrun restart gets a directory of its own (`attempt-N`). Ranks on other nodes
+report to their own node's launcher.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ENV = "TRAINER_HANG_REPORT_DIR"
+_DECLARATION = "hang.json"
+
+
+@dataclass(frozen=True)
+class RankState:
+    """Where one rank's main thread was when the rank left."""
+
+    rank: int
+    step: int
+    collective: str | None  # the collective it waited in; None: outside any
+    ended_by: str  # "its watchdog", "SIGTERM", "peer lost", "an error"
+
+    def describe(self) -> str:
+        where = f"in the {self.collective}" if self.collective else "outside any collective"
+        return f"rank {self.rank}: step {self.step}, {where} (ended by: {self.ended_by})"
+
+
+class HangReport:
+    """One rank's part of the report of one launch attempt (workers' side)."""
+
+    def __init__(self, directory: Path | None, rank: int):
+        self.directory = directory
+        self.rank = rank
+
+    @classmethod
+    def from_env(cls, rank: int, env: Mapping[str, str] | None = None) -> HangReport:
+        env = os.environ if env is None else env
+        base = env.get(ENV)
+        if not base:
+            return cls(None, rank)
+        attempt = env.get("TORCHELASTIC_RESTART_COUNT", "0")
+        return cls(Path(base) / f"attempt-{attempt}", rank)
+
+    @property
+    def enabled(self) -> bool:
+        return self.directory is not None
+
+    def declare(self, step: int) -> None:
+        """This rank's watchdog fired: peers leaving from now on add their state."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(self.directory / _DECLARATION, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return  # another rank noticed first
+        with os.fdopen(fd, "w") as handle:
+            json.dump({"rank": self.rank, "step": step}, handle)
+
+    def declared(self) -> bool:
+        return self.enabled and (self.directory / _DECLARATION).exists()
+
+    def add(self, state: RankState) -> None:
+        """Write this rank's state and the stacks of all its threads."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        stacks = self.directory / f"rank{self.rank}.stacks"
+        stacks.with_suffix(".tmp").write_text(thread_stacks())
+        os.replace(stacks.with_suffix(".tmp"), stacks)
+        record = self.directory / f"rank{self.rank}.json"
+        record.with_suffix(".tmp").write_text(json.dumps(asdict(state)))
+        os.replace(record.with_suffix(".tmp"), record)
+
+
+def thread_stacks() -> str:
+    """Every thread's stack, the main thread's first, each headed by the thread's name."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    main = threading.main_thread().ident
+    frames = sorted(sys._current_frames().items(), key=lambda item: item[0] != main)
+    sections = []
+    for ident, frame in frames:
+        header = f"Thread {names.get(ident, ident)} (most recent call last):\n"
+        sections.append(header + "".join(traceback.format_stack(frame)))
+    return "\n".join(sections)
+
+
+# -- the launcher's side ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The report of one launch attempt in which a watchdog fired."""
+
+    attempt: str
+    first: dict  # {"rank", "step"} of the rank whose watchdog fired first
+    states: list[RankState]
+    stacks: dict[int, str]
+
+
+def collect(base: Path) -> list[Attempt]:
+    """Every attempt under `base` in which a hang was declared."""
+    attempts = []
+    for directory in sorted(base.glob("attempt-*")):
+        declaration = _read_json(directory / _DECLARATION)
+        if declaration is None:
+            continue
+        states, stacks = [], {}
+        for path in sorted(directory.glob("rank*.json")):
+            record = _read_json(path)
+            try:
+                state = RankState(**record)
+            except TypeError:  # missing (the worker died while writing it) or foreign
+                continue
+            states.append(state)
+            stack_file = directory / f"rank{state.rank}.stacks"
+            if stack_file.exists():
+                stacks[state.rank] = stack_file.read_text(errors="replace")
+        states.sort(key=lambda state: state.rank)
+        attempts.append(
+            Attempt(directory.name.removeprefix("attempt-"), declaration, states, stacks)
+        )
+    return attempts
+
+
+def _read_json(path: Path) -> dict | None:
+    """A file a worker wrote, or None when the worker died before finishing it."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _ranks(states: list[RankState]) -> str:
+    numbers = ", ".join(str(state.rank) for state in states)
+    return f"rank {numbers}" if len(states) == 1 else f"ranks {numbers}"
+
+
+def verdict(states: list[RankState]) -> str:
+    """Name the rank(s) the others wait for, or say why that cannot be known here."""
+    waiting = [state for state in states if state.collective]
+    outside = [state for state in states if not state.collective]
+    if waiting and outside:
+        verb = "waits" if len(waiting) == 1 else "wait"
+        whom = "it" if len(outside) == 1 else "them"
+        return (
+            f"culprit: {_ranks(outside)}, outside any collective while "
+            f"{_ranks(waiting)} {verb} for {whom} in one"
+        )
+    fired = [state for state in outside if state.ended_by == "its watchdog"]
+    if fired:
+        return (
+            f"culprit: {_ranks(fired)}, whose watchdog fired outside any collective: "
+            "stuck in its own work (data loading, compute, I/O)"
+        )
+    if waiting:
+        return (
+            "culprit: not on this node: every rank that reported waits in a collective, "
+            "so the rank they wait for runs on another node (see its log) or the network "
+            "itself is stuck"
+        )
+    return "culprit: unknown: no rank reported being inside a collective or firing its watchdog"
+
+
+def render(attempt: Attempt) -> list[str]:
+    """The report as log lines, the verdict first and every rank's stacks last."""
+    first = attempt.first
+    lines = [
+        f"hang report (attempt {attempt.attempt}): the watchdog of rank {first.get('rank')} "
+        f"fired first, at step {first.get('step')}",
+        verdict(attempt.states),
+        *(f"  {state.describe()}" for state in attempt.states),
+    ]
+    for state in attempt.states:
+        if state.rank in attempt.stacks:
+            lines.append(f"stacks of {state.describe()}:")
+            lines.extend(attempt.stacks[state.rank].rstrip("\n").splitlines())
+    return lines
