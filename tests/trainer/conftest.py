@@ -10,7 +10,8 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +129,15 @@ def running(command: list[str], stderr_file: Path, limit: float = RUN_LIMIT) -> 
         finally:
             killer.cancel()
             _kill_group(process)
+
+
+def wait_for(condition: Callable[[], bool], what: str, limit: float = RUN_LIMIT) -> None:
+    """Poll `condition` (a file appearing, say) until it holds; past `limit` s, fail."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {limit}s")
+        time.sleep(0.05)
 
 
 def _kill_group(process: subprocess.Popen) -> None:

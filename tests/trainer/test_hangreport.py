@@ -6,12 +6,13 @@ pieces run in-process, or in one small subprocess where the watchdog must exit.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.trainer.conftest import RUN_LIMIT, trainer_env
-from trainer.hangreport import HangReport, RankState, collect, render, verdict
+from tests.trainer.conftest import RUN_LIMIT, running, trainer_env, wait_for
+from trainer.hangreport import FIRED, HangReport, RankState, collect, render, verdict
 from trainer.watchdog import Watchdog
 
 
@@ -26,7 +27,7 @@ def test_the_rank_outside_a_collective_is_the_culprit_when_peers_wait_in_one():
         state(2, "checkpoint save"),
     ]
     assert verdict(states).startswith(
-        "culprit: rank 1, outside any collective while ranks 0, 2 wait for it in one"
+        "culprit: rank 1, outside any collective, while ranks 0, 2 wait for it in one"
     )
 
 
@@ -34,6 +35,11 @@ def test_a_watchdog_that_fired_outside_any_collective_names_its_own_rank():
     # Its peer was torn down before it reached the collective: no one waits yet.
     states = [state(0), state(1, ended_by="its watchdog")]
     assert verdict(states).startswith("culprit: rank 1, whose watchdog fired outside")
+
+
+def test_a_rank_that_wrote_no_report_is_the_culprit_when_peers_wait():
+    states = [state(0, "gradient all-reduce", "its watchdog")]
+    assert verdict(states, silent=[1]).startswith("culprit: rank 1, which wrote no report")
 
 
 def test_when_every_rank_waits_the_culprit_is_on_another_node():
@@ -78,17 +84,14 @@ def test_attempts_without_a_declaration_and_half_written_records_are_left_out(tm
 
 def test_a_rank_joins_the_report_only_once_a_watchdog_fired(tmp_path):
     watchdog = Watchdog(timeout=600)
-    watchdog.start(HangReport(tmp_path, rank=1))
-    try:
-        watchdog.beat(5)
-        with watchdog.collective("metrics all-reduce"):
-            watchdog.join_report("SIGTERM")
-            assert not list(tmp_path.iterdir())  # no hang: a plain SIGTERM writes nothing
-            HangReport(tmp_path, rank=0).declare(step=5)
-            watchdog.join_report("SIGTERM")
-            watchdog.join_report("peer lost")  # once per process
-    finally:
-        watchdog.stop()
+    watchdog.report = HangReport(tmp_path, rank=1)  # not started: no thread, no handler
+    watchdog.beat(5)
+    with watchdog.collective("metrics all-reduce"):
+        watchdog.join_report("SIGTERM")
+        assert not list(tmp_path.iterdir())  # no hang: a plain SIGTERM writes nothing
+        HangReport(tmp_path, rank=0).declare(step=5)
+        watchdog.join_report("SIGTERM")
+        watchdog.join_report("peer lost")  # once per process
     record = (tmp_path / "rank1.json").read_text()
     assert '"collective": "metrics all-reduce"' in record and '"ended_by": "SIGTERM"' in record
 
@@ -134,3 +137,46 @@ def test_without_trainer_launch_the_watchdog_dumps_the_stacks_to_stderr():
     done = run_stuck()
     assert done.returncode == 200, done.stderr
     assert 'File "<string>", line 12 in <module>' in done.stderr  # the stuck main thread
+
+
+# A rank stuck in native code that keeps the GIL: no Python thread of it runs again.
+HOLDS_THE_GIL = """
+import ctypes, sys
+from pathlib import Path
+from trainer.hangreport import HangReport
+from trainer.termination import TerminationHandler
+from trainer.watchdog import Watchdog
+
+directory = Path(sys.argv[1])
+watchdog = Watchdog(timeout=600)
+TerminationHandler(lambda: watchdog.join_report("SIGTERM")).install()
+watchdog.start(HangReport(directory, rank=1))
+watchdog.beat(4)
+
+def stuck_in_native_code():
+    libc = ctypes.PyDLL(None)  # unlike CDLL, a call keeps holding the GIL
+    mutex = ctypes.create_string_buffer(64)  # zeroed: an unlocked default mutex (glibc)
+    libc.pthread_mutex_lock(mutex)
+    (directory / "stuck").touch()
+    libc.pthread_mutex_lock(mutex)  # held by this very thread: never returns
+
+stuck_in_native_code()
+"""
+
+
+def test_a_rank_stuck_holding_the_gil_leaves_its_stacks_from_the_signal_handler(tmp_path):
+    directory = tmp_path / "attempt-0"
+    waiting = HangReport(directory, rank=0)
+    waiting.declare(step=4)
+    waiting.add(RankState(0, 4, "gradient all-reduce", FIRED))
+    command = [sys.executable, "-c", HOLDS_THE_GIL, str(directory)]
+    with running(command, tmp_path / "stderr") as process:
+        wait_for((directory / "stuck").exists, "the rank to get stuck")
+        process.send_signal(signal.SIGTERM)
+        dump = directory / "rank1.sigterm-stacks"
+        wait_for(lambda: "stuck_in_native_code" in dump.read_text(), "the SIGTERM dump")
+    (attempt,) = collect(tmp_path)
+    # Had the signal come before the second lock, the rank would have written a report
+    # itself: either way it is named, with its stack.
+    assert verdict(attempt.states, attempt.silent).startswith("culprit: rank 1,")
+    assert "in stuck_in_native_code" in attempt.stacks[1]

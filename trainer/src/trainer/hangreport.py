@@ -11,14 +11,21 @@ sees the declaration and writes its own. The launcher waits for its workers to e
 names the rank the others wait for: the rank outside any collective while peers
 wait inside one.
 
+A rank stuck in native code that holds the GIL runs no Python thread, so it writes
+no report. For that case each rank also has the signal handler itself dump its
+threads' stacks on SIGTERM (`faulthandler`), which needs no GIL: such a rank shows
+up as one that wrote no report, with those stacks.
+
 Each torchrun restart gets a directory of its own (`attempt-N`). Ranks on other nodes
 report to their own node's launcher.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -27,7 +34,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ENV = "TRAINER_HANG_REPORT_DIR"
+FIRED = "its watchdog"  # `RankState.ended_by` of a rank whose own watchdog fired
 _DECLARATION = "hang.json"
+_SIGTERM_STACKS = ".sigterm-stacks"
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,7 @@ class HangReport:
     def __init__(self, directory: Path | None, rank: int):
         self.directory = directory
         self.rank = rank
+        self._sigterm_file = None
 
     @classmethod
     def from_env(cls, rank: int, env: Mapping[str, str] | None = None) -> HangReport:
@@ -63,6 +73,17 @@ class HangReport:
     @property
     def enabled(self) -> bool:
         return self.directory is not None
+
+    def dump_stacks_on_sigterm(self) -> None:
+        """From now on SIGTERM's handler writes every thread's stack to this rank's file.
+
+        Call after the SIGTERM handler is installed: this one runs first, then that one.
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        # Left open: the handler writes to it whenever the signal comes.
+        path = self.directory / f"rank{self.rank}{_SIGTERM_STACKS}"
+        self._sigterm_file = path.open("w")
+        faulthandler.register(signal.SIGTERM, file=self._sigterm_file, all_threads=True, chain=True)
 
     def declare(self, step: int) -> None:
         """This rank's watchdog fired: peers leaving from now on add their state."""
@@ -110,7 +131,8 @@ class Attempt:
     attempt: str
     first: dict  # {"rank", "step"} of the rank whose watchdog fired first
     states: list[RankState]
-    stacks: dict[int, str]
+    silent: list[int]  # ranks that started but wrote no report
+    stacks: dict[int, str]  # a silent rank's: what its SIGTERM handler dumped
 
 
 def collect(base: Path) -> list[Attempt]:
@@ -121,21 +143,33 @@ def collect(base: Path) -> list[Attempt]:
         if declaration is None:
             continue
         states, stacks = [], {}
-        for path in sorted(directory.glob("rank*.json")):
-            record = _read_json(path)
+        for path in directory.glob("rank*.json"):
             try:
-                state = RankState(**record)
+                state = RankState(**_read_json(path))
             except TypeError:  # missing (the worker died while writing it) or foreign
                 continue
             states.append(state)
-            stack_file = directory / f"rank{state.rank}.stacks"
-            if stack_file.exists():
-                stacks[state.rank] = stack_file.read_text(errors="replace")
+            stacks[state.rank] = _read_text(directory / f"rank{state.rank}.stacks")
+        started = {
+            int(path.name.removeprefix("rank").removesuffix(_SIGTERM_STACKS))
+            for path in directory.glob(f"rank*{_SIGTERM_STACKS}")
+        }
+        silent = sorted(started - {state.rank for state in states})
+        for rank in silent:
+            stacks[rank] = _read_text(directory / f"rank{rank}{_SIGTERM_STACKS}")
         states.sort(key=lambda state: state.rank)
+        name = directory.name.removeprefix("attempt-")
         attempts.append(
-            Attempt(directory.name.removeprefix("attempt-"), declaration, states, stacks)
+            Attempt(name, declaration, states, silent, {r: t for r, t in stacks.items() if t})
         )
     return attempts
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _read_json(path: Path) -> dict | None:
@@ -146,23 +180,30 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
-def _ranks(states: list[RankState]) -> str:
-    numbers = ", ".join(str(state.rank) for state in states)
-    return f"rank {numbers}" if len(states) == 1 else f"ranks {numbers}"
+def _ranks(ranks: list[int]) -> str:
+    numbers = ", ".join(str(rank) for rank in ranks)
+    return f"rank {numbers}" if len(ranks) == 1 else f"ranks {numbers}"
 
 
-def verdict(states: list[RankState]) -> str:
+def verdict(states: list[RankState], silent: list[int] = ()) -> str:
     """Name the rank(s) the others wait for, or say why that cannot be known here."""
-    waiting = [state for state in states if state.collective]
-    outside = [state for state in states if not state.collective]
-    if waiting and outside:
+    waiting = [state.rank for state in states if state.collective]
+    outside = [state.rank for state in states if not state.collective]
+    if waiting and (outside or silent):
+        if outside:
+            culprits, why = outside, "outside any collective"
+        else:
+            culprits = list(silent)
+            why = (
+                "which wrote no report (stuck where no Python thread runs: "
+                "native code holding the GIL?)"
+            )
         verb = "waits" if len(waiting) == 1 else "wait"
-        whom = "it" if len(outside) == 1 else "them"
+        whom = "it" if len(culprits) == 1 else "them"
         return (
-            f"culprit: {_ranks(outside)}, outside any collective while "
-            f"{_ranks(waiting)} {verb} for {whom} in one"
+            f"culprit: {_ranks(culprits)}, {why}, while {_ranks(waiting)} {verb} for {whom} in one"
         )
-    fired = [state for state in outside if state.ended_by == "its watchdog"]
+    fired = [state.rank for state in states if not state.collective and state.ended_by == FIRED]
     if fired:
         return (
             f"culprit: {_ranks(fired)}, whose watchdog fired outside any collective: "
@@ -180,14 +221,18 @@ def verdict(states: list[RankState]) -> str:
 def render(attempt: Attempt) -> list[str]:
     """The report as log lines, the verdict first and every rank's stacks last."""
     first = attempt.first
+    described = {state.rank: state.describe() for state in attempt.states}
+    for rank in attempt.silent:
+        dumped = "its SIGTERM handler dumped the stacks" if rank in attempt.stacks else "no stacks"
+        described[rank] = f"rank {rank}: wrote no report ({dumped})"
     lines = [
         f"hang report (attempt {attempt.attempt}): the watchdog of rank {first.get('rank')} "
         f"fired first, at step {first.get('step')}",
-        verdict(attempt.states),
-        *(f"  {state.describe()}" for state in attempt.states),
+        verdict(attempt.states, attempt.silent),
+        *(f"  {described[rank]}" for rank in sorted(described)),
     ]
-    for state in attempt.states:
-        if state.rank in attempt.stacks:
-            lines.append(f"stacks of {state.describe()}:")
-            lines.extend(attempt.stacks[state.rank].rstrip("\n").splitlines())
+    for rank in sorted(described):
+        if rank in attempt.stacks:
+            lines.append(f"stacks of {described[rank]}:")
+            lines.extend(attempt.stacks[rank].rstrip("\n").splitlines())
     return lines

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from trainer.errors import ExitCode
-from trainer.hangreport import HangReport, RankState
+from trainer.hangreport import FIRED, HangReport, RankState
 
 log = logging.getLogger("trainer.watchdog")
 
@@ -42,7 +42,10 @@ class Watchdog:
         self._thread: threading.Thread | None = None
 
     def start(self, report: HangReport) -> None:
+        """Call after the SIGTERM handler is installed (see `dump_stacks_on_sigterm`)."""
         self.report = report
+        if report.enabled:
+            report.dump_stacks_on_sigterm()
         if self.timeout <= 0:
             return
         self._thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
@@ -116,7 +119,7 @@ class Watchdog:
                 self.report.declare(step)
             except OSError as error:
                 log.error("could not declare the hang to the other ranks: %s", error)
-            reported = self._add_to_report("its watchdog")
+            reported = self._add_to_report(FIRED)
         if not reported:
             faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
             sys.stderr.flush()
