@@ -82,6 +82,13 @@ def test_attempts_without_a_declaration_and_half_written_records_are_left_out(tm
     assert attempt.attempt == "1" and [s.rank for s in attempt.states] == [0]
 
 
+def test_a_declaration_its_rank_died_writing_still_counts(tmp_path):
+    (tmp_path / "attempt-0").mkdir()
+    (tmp_path / "attempt-0" / "hang.json").write_text("")
+    (attempt,) = collect(tmp_path)
+    assert render(attempt)[0] == "hang report (attempt 0): a watchdog fired first"
+
+
 def test_a_rank_joins_the_report_only_once_a_watchdog_fired(tmp_path):
     watchdog = Watchdog(timeout=600)
     watchdog.report = HangReport(tmp_path, rank=1)  # not started: no thread, no handler

@@ -29,7 +29,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -101,12 +101,15 @@ class HangReport:
     def add(self, state: RankState) -> None:
         """Write this rank's state and the stacks of all its threads."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        stacks = self.directory / f"rank{self.rank}.stacks"
-        stacks.with_suffix(".tmp").write_text(thread_stacks())
-        os.replace(stacks.with_suffix(".tmp"), stacks)
-        record = self.directory / f"rank{self.rank}.json"
-        record.with_suffix(".tmp").write_text(json.dumps(asdict(state)))
-        os.replace(record.with_suffix(".tmp"), record)
+        # The record last: a rank killed halfway leaves no record and counts as silent.
+        _write_whole(self.directory / f"rank{self.rank}.stacks", thread_stacks())
+        _write_whole(self.directory / f"rank{self.rank}.json", json.dumps(asdict(state)))
+
+
+def _write_whole(path: Path, text: str) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
 def thread_stacks() -> str:
@@ -132,16 +135,17 @@ class Attempt:
     first: dict  # {"rank", "step"} of the rank whose watchdog fired first
     states: list[RankState]
     silent: list[int]  # ranks that started but wrote no report
-    stacks: dict[int, str]  # a silent rank's: what its SIGTERM handler dumped
+    stacks: dict[int, str]  # from the report, or for a silent rank from its SIGTERM handler
 
 
 def collect(base: Path) -> list[Attempt]:
     """Every attempt under `base` in which a hang was declared."""
     attempts = []
     for directory in sorted(base.glob("attempt-*")):
-        declaration = _read_json(directory / _DECLARATION)
-        if declaration is None:
+        if not (directory / _DECLARATION).exists():
             continue
+        # Empty when the declaring rank died before writing it: the hang still counts.
+        declaration = _read_json(directory / _DECLARATION) or {}
         states, stacks = [], {}
         for path in directory.glob("rank*.json"):
             try:
@@ -185,7 +189,7 @@ def _ranks(ranks: list[int]) -> str:
     return f"rank {numbers}" if len(ranks) == 1 else f"ranks {numbers}"
 
 
-def verdict(states: list[RankState], silent: list[int] = ()) -> str:
+def verdict(states: list[RankState], silent: Sequence[int] = ()) -> str:
     """Name the rank(s) the others wait for, or say why that cannot be known here."""
     waiting = [state.rank for state in states if state.collective]
     outside = [state.rank for state in states if not state.collective]
@@ -221,13 +225,14 @@ def verdict(states: list[RankState], silent: list[int] = ()) -> str:
 def render(attempt: Attempt) -> list[str]:
     """The report as log lines, the verdict first and every rank's stacks last."""
     first = attempt.first
+    noticed = f"the watchdog of rank {first['rank']}" if "rank" in first else "a watchdog"
+    at = f", at step {first['step']}" if "step" in first else ""
     described = {state.rank: state.describe() for state in attempt.states}
     for rank in attempt.silent:
         dumped = "its SIGTERM handler dumped the stacks" if rank in attempt.stacks else "no stacks"
         described[rank] = f"rank {rank}: wrote no report ({dumped})"
     lines = [
-        f"hang report (attempt {attempt.attempt}): the watchdog of rank {first.get('rank')} "
-        f"fired first, at step {first.get('step')}",
+        f"hang report (attempt {attempt.attempt}): {noticed} fired first{at}",
         verdict(attempt.states, attempt.silent),
         *(f"  {described[rank]}" for rank in sorted(described)),
     ]
