@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -122,13 +124,13 @@ def running(command: list[str], stderr_file: Path, limit: float = RUN_LIMIT) -> 
             start_new_session=True,
         ) as process,
     ):
-        killer = threading.Timer(limit, _kill_group, (process,))
+        killer = threading.Timer(limit, kill_group, (process,))
         killer.start()
         try:
             yield process
         finally:
             killer.cancel()
-            _kill_group(process)
+            kill_group(process)
 
 
 def wait_for(condition: Callable[[], bool], what: str, limit: float = RUN_LIMIT) -> None:
@@ -140,7 +142,31 @@ def wait_for(condition: Callable[[], bool], what: str, limit: float = RUN_LIMIT)
         time.sleep(0.05)
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def unused_port() -> int:
+    """A port that is free now and below the kernel's ephemeral range.
+
+    A process under test binds it a few seconds later. A port from `bind(0)` comes from
+    the ephemeral range, where any process's outgoing connection may take it meanwhile;
+    below that range only an explicit bind to this very port could.
+    """
+    try:
+        lowest = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        lowest = 32768
+    candidates = list(range(10000, max(10000, lowest)))
+    random.shuffle(candidates)
+    for port in candidates:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    pytest.fail("no free port below the ephemeral range")
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """Kill a process started with `start_new_session` and everything it started."""
     if process.poll() is None:
         with suppress(ProcessLookupError):  # exited meanwhile
             os.killpg(process.pid, signal.SIGKILL)

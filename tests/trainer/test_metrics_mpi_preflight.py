@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import urllib.request
 
 import pytest
 
-from tests.trainer.conftest import RUN_LIMIT, launch, trainer_env
+from tests.trainer.conftest import RUN_LIMIT, launch, trainer_env, unused_port
 from trainer.config import MetricsConfig
 from trainer.metrics import Metrics, peak_flops_for
 from trainer.preflight import bus_bandwidth
@@ -18,7 +17,7 @@ from trainer.preflight import bus_bandwidth
 
 def test_prometheus_endpoint_serves_the_latest_step(tmp_path, capsys):
     metrics = Metrics(
-        MetricsConfig(port=_free_port(), file=tmp_path / "m.jsonl"), rank=0, labels={"job": "demo"}
+        MetricsConfig(port=unused_port(), file=tmp_path / "m.jsonl"), rank=0, labels={"job": "demo"}
     )
     try:
         metrics.emit("step", step=7, loss=float("nan"), ettr=0.9, mfu=None)
@@ -82,7 +81,7 @@ def test_mpi_ranks_meet_in_the_checkpoint_directory_without_mpirun(tmp_path):
         for process in processes:
             if process.poll() is None:
                 process.kill()
-                process.communicate()
+                process.wait()
     assert [process.returncode for process in processes] == [0, 0], outputs[1][1]
     start = json.loads(outputs[0][0].splitlines()[0])
     assert start["launcher"] == "mpirun" and start["world_size"] == 2
@@ -125,9 +124,3 @@ def test_preflight_bandwidth_floor_fails_the_job():
 def test_bus_bandwidth_is_the_ring_traffic():
     assert bus_bandwidth(10.0, 8) == pytest.approx(17.5)
     assert bus_bandwidth(10.0, 1) == 0.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]

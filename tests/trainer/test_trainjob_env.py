@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.support import MIRROR, REPO
-from tests.trainer.conftest import trainer_env
+from tests.trainer.conftest import RUN_LIMIT, kill_group, trainer_env, unused_port
 from trainops.model import Target
 from trainops.render.engine import Renderer, RenderOptions
 
@@ -30,19 +29,13 @@ def _runtime_node_container() -> dict:
     return node["template"]["spec"]["template"]["spec"]["containers"][0]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_two_nodes_train_with_the_torch_plugins_variables_alone(tmp_path: Path):
     container = _runtime_node_container()
     command = container["command"]
     assert command[:2] == ["/bin/sh", "-c"] and "trainer-launch" in command[2]
     # The runtime leaves every PET_* variable to the plugin (a TrainJob may not set them).
     assert not [e for e in container.get("env", []) if e["name"].startswith("PET_")]
-    port = _free_port()
+    port = unused_port()
     checkpoints = tmp_path / "checkpoints"
     args = ["--model", "mlp", "--dataset", "synthetic", "--max-steps", "6"]
     args += ["--checkpoint-dir", str(checkpoints), "--checkpoint-interval", "3"]
@@ -67,7 +60,12 @@ def test_two_nodes_train_with_the_torch_plugins_variables_alone(tmp_path: Path):
                 start_new_session=True,
             )
         )
-    outputs = [process.communicate(timeout=240) for process in processes]
+    try:
+        # The bound only turns a rendezvous that never completes into a failure.
+        outputs = [process.communicate(timeout=RUN_LIMIT) for process in processes]
+    finally:
+        for process in processes:
+            kill_group(process)
     assert [p.returncode for p in processes] == [0, 0], (
         outputs[0][1][-2000:] + outputs[1][1][-2000:]
     )
