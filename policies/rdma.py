@@ -47,10 +47,16 @@ def _wanted_resource(pod: PodTemplate, ctx: Context) -> str:
 @pod_rule(
     id="rdma-ipc-lock",
     severity=ERROR,
-    title="RDMA containers have the IPC_LOCK capability",
-    why="RDMA registers (pins) memory with the NIC; without IPC_LOCK the container's locked-memory "
-    "limit makes registration fail and NCCL abandons the IB transport.",
-    fix="Add securityContext.capabilities.add: [IPC_LOCK] to containers that request RDMA devices.",
+    title="RDMA containers can lock memory the way they run",
+    why="RDMA registers (pins) memory with the NIC, which needs CAP_IPC_LOCK in effect or a "
+    "locked-memory limit (RLIMIT_MEMLOCK) big enough. A capability added in the pod spec is "
+    "in effect only for root: a non-root process gets no ambient capabilities "
+    "(kubernetes#56374), so IPC_LOCK does nothing for it and, because Pod Security's "
+    "baseline forbids it, only widens what the namespace must allow.",
+    fix="Non-root (the trainer image, uid 1000): drop IPC_LOCK and have the node's container "
+    "runtime give containers an unlimited memlock limit (containerd: LimitMEMLOCK=infinity; "
+    "CRI-O: default_ulimits memlock=-1:-1). Root: add securityContext.capabilities.add: "
+    "[IPC_LOCK].",
 )
 def ipc_lock(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):
@@ -58,11 +64,42 @@ def ipc_lock(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
             continue
         security = container.get("securityContext") or {}
         caps = (security.get("capabilities") or {}).get("add") or []
-        if "IPC_LOCK" not in caps and "CAP_IPC_LOCK" not in caps and not security.get("privileged"):
+        has_lock = "IPC_LOCK" in caps or "CAP_IPC_LOCK" in caps
+        at = (*pod.container_path(index), "securityContext")
+        if security.get("privileged"):
+            continue
+        user = _user(pod, container)
+        if has_lock and user is not None and user != 0:
             yield Violation(
-                "the container requests an RDMA device but lacks IPC_LOCK",
-                (*pod.container_path(index), "securityContext"),
+                "the container adds IPC_LOCK but runs as "
+                + ("a non-root user" if user < 0 else f"uid {user}")
+                + ": the capability never "
+                "reaches a non-root process, memory locking depends on the runtime's "
+                "memlock limit",
+                at,
             )
+        elif not has_lock and user in (0, None):
+            yield Violation(
+                "the container requests an RDMA device and may run as root without IPC_LOCK"
+                if user is None
+                else "the container requests an RDMA device and runs as root without IPC_LOCK",
+                at,
+                fix="Run as non-root (runAsUser, with the runtime's memlock limit unlimited), "
+                "or add securityContext.capabilities.add: [IPC_LOCK] for a root process.",
+            )
+
+
+def _user(pod: PodTemplate, container: dict) -> int | None:
+    """The uid the container runs as when the manifests say (runAsNonRoot: some non-root
+    uid, reported as -1); None when the image decides."""
+    pod_security = pod.spec.get("securityContext") or {}
+    security = container.get("securityContext") or {}
+    uid = security.get("runAsUser", pod_security.get("runAsUser"))
+    if isinstance(uid, int) and not isinstance(uid, bool):
+        return uid
+    if security.get("runAsNonRoot", pod_security.get("runAsNonRoot")) is True:
+        return -1
+    return None
 
 
 def _gpudirect_ready(policy: Document) -> bool:

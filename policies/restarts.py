@@ -16,8 +16,9 @@ from trainops.policy.pods import REPLICA_FIELDS
     why="At multi-node scale a GPU Xid error, NIC flap or OOM kill happens every few hundred "
     "GPU-hours. A job with backoffLimit 0, restartPolicy Never or a tiny maxRestarts fails "
     "for good on the first one, although it could resume from its last checkpoint.",
-    fix="Use restartPolicy ExitCode (or OnFailure) on every replica and size runPolicy."
-    "backoffLimit / elasticPolicy.maxRestarts with `trainops plan`.",
+    fix="Use restartPolicy ExitCode (or OnFailure) on every replica; size "
+    "elasticPolicy.maxRestarts (and, with OnFailure, runPolicy.backoffLimit) with `trainops "
+    "plan`. Under ExitCode backoffLimit counts nothing (see backoff-limit-exitcode).",
     kinds=tuple(REPLICA_FIELDS),
 )
 def restart_budget(doc: Document, ctx: Context) -> Iterator[Violation]:
@@ -33,7 +34,12 @@ def restart_budget(doc: Document, ctx: Context) -> Iterator[Violation]:
                 ("spec", REPLICA_FIELDS[doc.kind], pod.role, "restartPolicy"),
             )
     run_policy = spec.get("runPolicy") or {}
-    if run_policy.get("backoffLimit") == 0:
+    # backoffLimit counts container restarts: only OnFailure and Always replicas have any.
+    counted = any(
+        (replica or {}).get("restartPolicy", "OnFailure") in ("OnFailure", "Always")
+        for replica in (spec.get(REPLICA_FIELDS[doc.kind]) or {}).values()
+    )
+    if run_policy.get("backoffLimit") == 0 and counted:
         yield Violation(
             "runPolicy.backoffLimit is 0: the first failure ends the job",
             ("spec", "runPolicy", "backoffLimit"),

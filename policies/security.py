@@ -26,6 +26,27 @@ def _tag(image: str) -> tuple[str, str]:
     return (image.rsplit(":", 1)[0], image.rsplit(":", 1)[1]) if ":" in last else (image, "")
 
 
+# Images an operator injects into the pods it creates, by the operator's image, with the
+# flag that pins each and its unpinned default (Training Operator v1.9.0, pkg/config).
+INJECTED_IMAGES = {
+    "kubeflow/training-operator": (
+        ("--pytorch-init-container-image", "alpine:3.10", "every PyTorchJob Worker"),
+        ("--mpi-kubectl-delivery-image", "kubeflow/kubectl-delivery:latest", "MPIJob launchers"),
+    ),
+}
+
+
+def _injected(container: dict) -> Iterator[tuple[str, str, str]]:
+    """(flag, image, into) of each image the operator in `container` injects unpinned."""
+    repository = _tag(str(container.get("image", "")))[0].removeprefix("docker.io/")
+    args = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+    for flag, default, into in INJECTED_IMAGES.get(repository, ()):
+        given = next((a.split("=", 1)[1] for a in args if a.startswith(flag + "=")), default)
+        tag = _tag(given)[1]
+        if not tag or tag in FLOATING_TAGS or given == default:
+            yield flag, given, into
+
+
 @pod_rule(
     id="image-pinned",
     severity=ERROR,
@@ -34,7 +55,8 @@ def _tag(image: str) -> tuple[str, str]:
     "a running job: restarts mid-run pull different code than the first pods, and nothing in "
     "Git says which.",
     fix="Use a release tag or, better, a digest (image@sha256:...); in kustomize, set it with "
-    "images: [{name, newTag | digest}].",
+    "images: [{name, newTag | digest}]. Images an operator injects into its jobs' pods are "
+    "pinned with the operator's flags.",
 )
 def image_pinned(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for key in ("initContainers", "containers"):
@@ -48,6 +70,13 @@ def image_pinned(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
                 yield Violation(f"image {image} has no tag (means latest)", at)
             elif tag in FLOATING_TAGS or tag.startswith(("snapshot", "latest")):
                 yield Violation(f"image {image} uses the moving tag {tag!r}", at)
+    for index, container in enumerate(pod.containers):
+        for flag, image, into in _injected(container):
+            yield Violation(
+                f"the operator injects {image} into {into} (unpinned, from Docker Hub): "
+                f"pin it with {flag}=<image>:<release tag or digest>",
+                (*pod.container_path(index), "args"),
+            )
 
 
 @render_rule(

@@ -242,9 +242,11 @@ def test_jobset_without_status_at_all():
     ("state", "status"),
     [
         (None, "Progressing"),
-        ("notReady", "Progressing"),
+        # Never Progressing once reconciled: a sync would wait on it without a limit.
+        ("notReady", "Degraded"),
         ("ready", "Healthy"),
-        ("disabled", "Suspended"),
+        ("disabled", "Degraded"),
+        ("ignored", "Degraded"),
     ],
 )
 def test_clusterpolicy_health(state, status):

@@ -97,3 +97,17 @@ def test_rdma_needs_ipc_lock_in_effect_or_unlimited_memlock():
 def test_nvidia_ib_plugin_counts_as_infiniband():
     evidence = parse_nccl_log(ROCE_GDR.replace("Using network IB", "Using network IBext"))
     assert evidence.kind == "ib" and problems(evidence, "ib", True) == []
+
+
+def test_prepare_raises_the_soft_memlock_limit_to_the_hard_one():
+    """A non-root process may raise its soft limit up to the hard one the runtime gives."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    lowered = 4096 if hard == resource.RLIM_INFINITY else min(4096, hard)
+    resource.setrlimit(resource.RLIMIT_MEMLOCK, (lowered, hard))
+    try:
+        prepare({})
+        assert resource.getrlimit(resource.RLIMIT_MEMLOCK) == (hard, hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (soft, hard))

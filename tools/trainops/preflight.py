@@ -333,9 +333,17 @@ def check_queues(cluster: Cluster, docs: list[Document]) -> list[Check]:
     return checks
 
 
+# The GPU Operator chart's own ClusterPolicy (its add-on owns it; the overlay has none).
+CHART_CLUSTER_POLICY = Document(
+    obj={"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"}},
+    source="gpu-operator chart",
+)
+
+
 def check_gpu_operator(cluster: Cluster, docs: list[Document]) -> list[Check]:
     checks = []
-    for doc in (d for d in docs if d.kind == "ClusterPolicy"):
+    policies = [d for d in docs if d.kind == "ClusterPolicy"] or [CHART_CLUSTER_POLICY]
+    for doc in policies:
         live = _get(cluster, _path(doc))
         if live is None:
             checks.append(

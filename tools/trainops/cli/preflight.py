@@ -99,9 +99,9 @@ def _job_yaml(renderer, overlay: Path, name: str | None) -> str:
     if kustomization_file(template) is None:
         raise InputError(f"the overlay has no {PREFLIGHT_TEMPLATE} job template", str(overlay))
     [result] = renderer.render([Target("kustomization", str(template))])
-    jobs = [d for d in result.documents if d.kind == "PyTorchJob"]
+    jobs = [d for d in result.documents if d.kind in ("PyTorchJob", "TrainJob")]
     if not jobs:
-        raise InputError(f"{PREFLIGHT_TEMPLATE} renders no PyTorchJob", str(overlay))
+        raise InputError(f"{PREFLIGHT_TEMPLATE} renders no PyTorchJob or TrainJob", str(overlay))
     job = jobs[0].obj
     job["metadata"]["name"] = name or time.strftime("nccl-preflight-%Y%m%d%H%M%S", time.gmtime())
     annotations = job["metadata"].get("annotations") or {}

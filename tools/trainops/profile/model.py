@@ -25,6 +25,8 @@ NETWORKS = {
     "roce": ("sriov-roce", "macvlan", "host-device"),
     "ib": ("ib-sriov", "host-device"),
 }
+# Networks whose pods get VFs (named unlike the host's PFs) from the device plugin.
+SRIOV_NETWORKS = ("sriov-roce", "ib-sriov")
 SCHEDULERS = ("default", "kueue", "volcano")
 GPUDIRECT = ("dmabuf", "peermem", "none")
 PLACEMENTS = ("pack", "spread")
@@ -52,7 +54,7 @@ class ClusterProfile:
     gidIndex: int | None = None
     rdmaResource: str = ""
     rdmaPerPod: int = 1
-    pkey: str = "0x7fff"
+    pkey: str = ""
     gpudirect: str = ""
     gpuProduct: str = ""
     topologyKey: str = "kubernetes.io/hostname"
@@ -66,7 +68,9 @@ class ClusterProfile:
     shmSize: str = ""
     nccl: dict[str, str] = field(default_factory=dict)
     trainer: str = "v1"
-    mpiOperator: str = ""  # default: training-operator with trainer v1 or both, else none
+    # default: mpi-operator with Kueue (it queues only v2beta1), training-operator with
+    # trainer v1 or both, else none
+    mpiOperator: str = ""
 
     @property
     def rdma(self) -> bool:
@@ -76,6 +80,11 @@ class ClusterProfile:
     def mpi_v2(self) -> bool:
         """MPIJobs are the MPI Operator's kubeflow.org/v2beta1 ones."""
         return self.mpiOperator == "mpi-operator"
+
+    @property
+    def sriov(self) -> bool:
+        """Pods get SR-IOV virtual functions: one per network attachment."""
+        return self.network in SRIOV_NETWORKS
 
     @property
     def uses_mpi(self) -> bool:
@@ -111,11 +120,15 @@ FIELD_DOCS = {
     "roce, ib-sriov for ib; host-device also possible)",
     "nic": "host interface for macvlan (master) or host-device (device)",
     "ipRange": "whereabouts IPAM range (CIDR) of the training network",
-    "hca": "RDMA devices NCCL may use, matched exactly (NCCL_IB_HCA)",
+    "hca": "RDMA devices NCCL may use, matched exactly (NCCL_IB_HCA); only for shared "
+    "devices (host-device, macvlan networks): a pod on an SR-IOV network sees only its own "
+    "VFs, whose names differ from the host's",
     "gidIndex": "RoCE GID index (NCCL_IB_GID_INDEX; RoCEv2 over IPv4 is usually 3)",
     "rdmaResource": "device-plugin resource of the RDMA device or VF each pod requests",
-    "rdmaPerPod": "how many of rdmaResource each pod requests",
-    "pkey": "InfiniBand partition key (ib-sriov)",
+    "rdmaPerPod": "how many of rdmaResource each pod requests; on SR-IOV networks one VF per "
+    "rail, each attached as its own interface (net1, net2, ...)",
+    "pkey": "InfiniBand partition key of the ib-sriov network; only ib-kubernetes applies it "
+    "(ib-sriov-cni alone ignores it)",
     "gpudirect": "GPUDirect RDMA: dmabuf (open kernel modules), peermem (legacy, host "
     "MOFED) or none",
     "gpusPerNode": "GPUs per node; each pod takes a whole node",
@@ -135,8 +148,9 @@ FIELD_DOCS = {
     "trainer": "Kubeflow training API: v1 (Training Operator, PyTorchJob), v2 (Trainer v2, "
     "TrainJob on ClusterTrainingRuntimes) or both",
     "mpiOperator": "who serves MPIJob: training-operator (kubeflow.org/v1), mpi-operator "
-    "(MPI Operator v2, kubeflow.org/v2beta1) or none (default: training-operator where "
-    "trainer includes v1, else none)",
+    "(MPI Operator v2, kubeflow.org/v2beta1) or none (default: mpi-operator with Kueue, "
+    "which queues only v2beta1 MPIJobs; training-operator where trainer includes v1; else "
+    "none)",
 }
 
 FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -246,7 +260,14 @@ def _check(p: ClusterProfile, fail) -> None:
     if network in ("macvlan", "host-device") and not p.nic:
         raise fail("nic", f"is required for a {network} network (the host interface to use)")
     if p.rdma:
-        if not p.hca:
+        if network in SRIOV_NETWORKS and p.hca:
+            raise fail(
+                "hca",
+                f"a pod on the {network} network sees only its own VFs, not these host "
+                "devices (NCCL would find none of them): leave hca out, NCCL uses every VF "
+                "of the pod (set rdmaPerPod to the number of rails)",
+            )
+        if network not in SRIOV_NETWORKS and not p.hca:
             raise fail("hca", f"is required for the {p.fabric} fabric (NCCL_IB_HCA devices)")
         if not p.rdmaResource:
             raise fail("rdmaResource", f"is required for the {p.fabric} fabric")
@@ -256,6 +277,8 @@ def _check(p: ClusterProfile, fail) -> None:
                 raise fail(key, "only applies to RDMA fabrics (roce, ib), not tcp")
         if p.gpudirect not in ("", "none"):
             raise fail("gpudirect", "GPUDirect RDMA needs an RDMA fabric (roce, ib)")
+    if p.pkey and network != "ib-sriov":
+        raise fail("pkey", "only applies to the ib-sriov network")
     if p.gidIndex is not None and p.fabric != "roce":
         raise fail("gidIndex", "only applies to RoCE")
     if p.gidIndex is not None and not 0 <= p.gidIndex <= 255:
@@ -271,6 +294,13 @@ def _check(p: ClusterProfile, fail) -> None:
         raise fail("trainer", f"must be one of {', '.join(TRAINERS)}, not {p.trainer!r}")
     if p.mpiOperator and p.mpiOperator not in MPI_OPERATORS:
         raise fail("mpiOperator", f"must be one of {', '.join(MPI_OPERATORS)}")
+    if p.mpiOperator == "training-operator" and p.scheduler == "kueue":
+        raise fail(
+            "mpiOperator",
+            "Kueue does not manage the Training Operator's MPIJob (kubeflow.org/v1): such "
+            "jobs would bypass the queue's quota. Use mpi-operator (v2beta1, which Kueue "
+            "queues) or none",
+        )
     if p.mpiOperator == "training-operator" and p.trainer == "v2":
         raise fail(
             "mpiOperator",
@@ -330,7 +360,10 @@ def _fill_defaults(p: ClusterProfile) -> None:
     p.shmSize = p.shmSize or f"{8 * p.gpusPerNode}Gi"
     p.nccl = {str(k): str(v) for k, v in p.nccl.items()}
     if not p.mpiOperator:
-        p.mpiOperator = "training-operator" if p.trainer_v1 else "none"
+        if p.scheduler == "kueue":
+            p.mpiOperator = "mpi-operator"
+        else:
+            p.mpiOperator = "training-operator" if p.trainer_v1 else "none"
 
 
 def profile_keys() -> list[str]:

@@ -1,12 +1,14 @@
 """Generates a cluster's overlay from its profile.
 
-An overlay is the platform kustomization (operators, ClusterPolicy, the
-training network, checkpoint volume, queues, Trainer v2 runtimes, preflight)
-plus the cluster's job templates under `training/`, all tuned by one kustomize
-Component (`training/cluster/`) that carries the fabric, scheduler, NCCL
-environment, GPU and RDMA resources and placement. Output is a mapping of
-relative path to file text; writing is the caller's job, so generation can be
-diffed and checked without touching the tree.
+An overlay is the platform kustomization (operators, the training network,
+checkpoint volume, queues, Trainer v2 runtimes) plus the cluster's job
+templates under `training/` (the NCCL preflight among them), all tuned by one
+kustomize Component (`training/cluster/`) that carries the fabric, scheduler,
+NCCL environment, GPU and RDMA resources and placement, and the Helm values of
+the cluster's add-ons under `addons/` (the GPU Operator's, whose chart owns the
+ClusterPolicy). Output is a mapping of relative path to file text; writing is
+the caller's job, so generation can be diffed and checked without touching the
+tree.
 """
 
 from __future__ import annotations
@@ -32,8 +34,7 @@ def generate(profile: ClusterProfile) -> dict[str, str]:
     files: dict[str, str] = {"kustomization.yaml": _platform_kustomization(profile)}
     files["platform/network.yaml"] = _network_patch(profile)
     files["platform/storage.yaml"] = _storage_patch(profile)
-    if profile.rdma:
-        files["platform/namespace.yaml"] = _namespace_patch(profile)
+    files["addons/gpu-operator.yaml"] = _gpu_operator_values(profile)
     if profile.scheduler != "default":
         files["platform/queue.yaml"] = _queue_patch(profile)
     files["training/cluster/kustomization.yaml"] = _cluster_component(profile)
@@ -96,8 +97,10 @@ def _doc(profile: ClusterProfile, *documents: Any, comment: str = "") -> str:
 def cluster_env(profile: ClusterProfile) -> list[tuple[str, str]]:
     """NCCL and trainer variables this cluster adds to the fabric's defaults."""
     env: list[tuple[str, str]] = []
-    if profile.rdma:
+    if profile.rdma and not profile.sriov:
         # "=" makes NCCL match the names exactly: mlx5_1 would also match mlx5_10..19.
+        # Pods on SR-IOV networks get none: they see only their own VFs, named unlike
+        # the host's devices, and NCCL uses all of them.
         env.append(("NCCL_IB_HCA", "=" + ",".join(profile.hca)))
     if profile.gidIndex is not None:
         env.append(("NCCL_IB_GID_INDEX", str(profile.gidIndex)))
@@ -143,7 +146,6 @@ def platform_namespaces(p: ClusterProfile) -> list[str]:
 def _platform_kustomization(p: ClusterProfile) -> str:
     resources = [
         *(f"{BASE}/operators/{name}" for name in operators(p)),
-        f"{BASE}/gpu",
         f"{BASE}/networks/{p.network}",
         f"{BASE}/training/platform",
     ]
@@ -151,22 +153,17 @@ def _platform_kustomization(p: ClusterProfile) -> str:
         resources.append(f"{BASE}/training/queues/{p.scheduler}")
     if p.trainer_v2:
         resources.append("training/runtimes")
-    resources.append("training/preflight")
     components = [f"{BASE}/components/scheduler/{p.scheduler}"]
-    if p.gpudirect == "peermem":
-        components.append(f"{BASE}/components/gpudirect-peermem")
     patches: list[dict[str, Any]] = [
         {"path": "platform/network.yaml"},
         {"path": "platform/storage.yaml"},
     ]
-    if p.rdma:
-        patches.append({"path": "platform/namespace.yaml"})
     if p.scheduler != "default":
         patches.append({"path": "platform/queue.yaml"})
         patches.extend(_queue_renames(p))
         if p.queue != "training":
             # The platform's scheduler Component sets the default queue on the jobs and
-            # runtimes it holds (preflight, runtimes) again: name the cluster's after it.
+            # runtimes it holds again: name the cluster's after it.
             patches.extend(_queue_patches(p))
     doc = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
@@ -177,7 +174,8 @@ def _platform_kustomization(p: ClusterProfile) -> str:
     }
     comment = (
         f"# Platform of cluster {p.name}: what Argo CD's {p.name}-platform Application\n"
-        "# syncs. Job templates are under training/, runs under runs/.\n"
+        "# syncs. Job templates are under training/ (the NCCL preflight too, run on\n"
+        "# demand), runs under runs/, the add-ons' Helm values under addons/.\n"
     )
     return _doc(p, doc, comment=comment)
 
@@ -262,19 +260,6 @@ def _storage_patch(p: ClusterProfile) -> str:
     return _doc(p, doc)
 
 
-def _namespace_patch(p: ClusterProfile) -> str:
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": "training",
-            "labels": {"pod-security.kubernetes.io/enforce": "privileged"},
-        },
-    }
-    comment = "# RDMA pods need IPC_LOCK, which the baseline Pod Security profile forbids.\n"
-    return _doc(p, doc, comment=comment)
-
-
 def _format_quantity(total_bytes: int) -> str:
     for unit, size in (("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20)):
         if total_bytes % size == 0:
@@ -293,6 +278,17 @@ def _queue_patch(p: ClusterProfile) -> str:
         }
         return _doc(p, doc)
     memory = _format_quantity(quantity_bytes(p.memoryPerPod) * p.nodes)
+    # Kueue admits a job only when the ClusterQueue covers every resource its pods
+    # request ("resource ... unavailable in ClusterQueue"): the RDMA devices too.
+    covered = ["cpu", "memory", GPU_RESOURCE]
+    quotas = [
+        {"name": "cpu", "nominalQuota": str(p.cpuPerPod * p.nodes)},
+        {"name": "memory", "nominalQuota": memory},
+        {"name": GPU_RESOURCE, "nominalQuota": gpus},
+    ]
+    if p.rdma:
+        covered.append(p.rdmaResource)
+        quotas.append({"name": p.rdmaResource, "nominalQuota": str(p.rdmaPerPod * p.nodes)})
     doc = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "ClusterQueue",
@@ -300,23 +296,53 @@ def _queue_patch(p: ClusterProfile) -> str:
         "spec": {
             "resourceGroups": [
                 {
-                    "coveredResources": ["cpu", "memory", GPU_RESOURCE],
-                    "flavors": [
-                        {
-                            "name": "gpu",
-                            "resources": [
-                                {"name": "cpu", "nominalQuota": str(p.cpuPerPod * p.nodes)},
-                                {"name": "memory", "nominalQuota": memory},
-                                {"name": GPU_RESOURCE, "nominalQuota": gpus},
-                            ],
-                        }
-                    ],
+                    "coveredResources": covered,
+                    "flavors": [{"name": "gpu", "resources": quotas}],
                 }
             ]
         },
     }
     comment = f"# Quota: the whole cluster, {p.nodes} nodes x {p.gpusPerNode} GPUs.\n"
     return _doc(p, doc, comment=comment)
+
+
+# Tolerated by the GPU Operator's operands: training nodes carry this taint.
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def gpu_operator_values(p: ClusterProfile) -> dict[str, Any]:
+    """Helm values of the cluster's gpu-operator add-on (chart v25.10.1), which owns the
+    ClusterPolicy: the chart copies each of these into the ClusterPolicy's spec."""
+    if p.gpudirect == "peermem":
+        # Legacy GPUDirect: nvidia-peermem against the hosts' MOFED. useHostMofed has no
+        # effect unless rdma.enabled is true.
+        driver = {"enabled": True, "kernelModuleType": "auto"}
+        driver["rdma"] = {"enabled": True, "useHostMofed": True}
+    else:
+        # DMA-BUF GPUDirect needs the open kernel modules (driver >= 535, kernel >= 5.12).
+        driver = {"enabled": True, "kernelModuleType": "open"}
+        driver["rdma"] = {"enabled": False, "useHostMofed": False}
+    return {
+        # Required by the ClusterPolicy CRD up to v25.10.x.
+        "operator": {"defaultRuntime": "containerd"},
+        "daemonsets": {
+            "priorityClassName": "system-node-critical",
+            "tolerations": [GPU_TOLERATION],
+        },
+        "driver": driver,
+        # A ServiceMonitor needs the Prometheus Operator's CRD: without it the
+        # ClusterPolicy never gets ready. Enable it where that operator runs.
+        "dcgmExporter": {"serviceMonitor": {"enabled": False}},
+        "validator": {"plugin": {"env": [{"name": "WITH_WORKLOAD", "value": "false"}]}},
+    }
+
+
+def _gpu_operator_values(p: ClusterProfile) -> str:
+    comment = (
+        f"# Helm values of Argo CD's {p.name}-gpu-operator Application (the GPU\n"
+        "# Operator chart, which renders and owns the ClusterPolicy).\n"
+    )
+    return _doc(p, gpu_operator_values(p), comment=comment)
 
 
 def _cluster_component(p: ClusterProfile) -> str:
@@ -432,7 +458,20 @@ def _pod_patch(p: ClusterProfile, container: str, job_label: str = V1_JOB_LABEL)
     spec.update(_placement(p, job_label))
     spec["containers"] = [container_patch]
     spec["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": p.shmSize}}]
-    return {"template": {"spec": spec}}
+    template: dict[str, Any] = {"spec": spec}
+    if p.sriov and p.rdmaPerPod > 1:
+        template["metadata"] = {"annotations": {MULTUS_NETWORKS: _attachments(p)}}
+    return {"template": template}
+
+
+MULTUS_NETWORKS = "k8s.v1.cni.cncf.io/networks"
+
+
+def _attachments(p: ClusterProfile) -> str:
+    """One attachment per VF: Multus configures one device of the network's resource per
+    attachment, so a pod that requests N VFs attaches the network N times (net1..netN,
+    one rail each; NCCL's socket interface stays net1)."""
+    return ",".join(["training-net"] * p.rdmaPerPod)
 
 
 def _placement(p: ClusterProfile, job_label: str) -> dict[str, Any]:

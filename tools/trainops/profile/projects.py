@@ -4,9 +4,11 @@ Destinations name each cluster and namespace explicitly (no wildcards), so
 the projects are regenerated whenever a cluster is added or its profile changes
 what it installs. Three projects
 separate what may reach a cluster: the platform (this repository, a fixed
-list of cluster-scoped kinds), the Helm add-ons (their chart repositories,
-their own namespaces) and the runs (only training job kinds in the training
-namespace, nothing cluster-scoped).
+list of kinds), the Helm add-ons (their chart repositories and this one for
+their values, their own namespaces, the kinds their charts render) and the
+runs (only training job kinds in the training namespace, nothing
+cluster-scoped). Every project lists its namespaced kinds too: without a
+namespaceResourceWhitelist a project allows every namespaced kind.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ PLATFORM_CLUSTER_KINDS = (
     ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
     ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
     ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
-    ("nvidia.com", "ClusterPolicy"),
     ("trainer.kubeflow.org", "ClusterTrainingRuntime"),
     ("kueue.x-k8s.io", "ClusterQueue"),
     ("kueue.x-k8s.io", "ResourceFlavor"),
@@ -51,9 +52,6 @@ PLATFORM_NAMESPACED_KINDS = (
     ("k8s.cni.cncf.io", "NetworkAttachmentDefinition"),
     ("kueue.x-k8s.io", "LocalQueue"),
     ("monitoring.coreos.com", "ServiceMonitor"),
-    # The NCCL preflight hook: a PyTorchJob, or a TrainJob without the Training Operator.
-    ("kubeflow.org", "PyTorchJob"),
-    ("trainer.kubeflow.org", "TrainJob"),
 )
 ADDON_CLUSTER_KINDS = (
     ("", "Namespace"),
@@ -68,6 +66,20 @@ ADDON_CLUSTER_KINDS = (
     ("nfd.k8s-sigs.io", "NodeFeatureRule"),
     ("nvidia.com", "ClusterPolicy"),
     ("scheduling.volcano.sh", "Queue"),
+)
+# What the add-on charts render in their own namespaces (gpu-operator v25.10.1 with
+# node-feature-discovery, kueue 0.19.2, volcano 1.13.0, with the values argocd/ sets).
+ADDON_NAMESPACED_KINDS = (
+    ("", "ConfigMap"),
+    ("", "Secret"),
+    ("", "Service"),
+    ("", "ServiceAccount"),
+    ("rbac.authorization.k8s.io", "Role"),
+    ("rbac.authorization.k8s.io", "RoleBinding"),
+    ("apps", "Deployment"),
+    ("apps", "DaemonSet"),
+    ("batch", "Job"),
+    ("policy", "PodDisruptionBudget"),
 )
 RUN_KINDS = (
     ("kubeflow.org", "PyTorchJob"),
@@ -119,9 +131,11 @@ def render_projects(repo_url: str, profiles: list[ClusterProfile]) -> str:
             "trainops-addons",
             "Pinned Helm charts: GPU Operator, Kueue, Volcano",
             {
-                "sourceRepos": list(ADDON_SOURCES),
+                # This repository for the values files (an Application's `ref` source).
+                "sourceRepos": [*ADDON_SOURCES, repo_url],
                 "destinations": _destinations(clusters, ADDON_NAMESPACES),
                 "clusterResourceWhitelist": _kinds(ADDON_CLUSTER_KINDS),
+                "namespaceResourceWhitelist": _kinds(ADDON_NAMESPACED_KINDS),
             },
         ),
         _project(

@@ -99,8 +99,9 @@ def problems(evidence: TransportEvidence, expect: str, expect_gdr: bool) -> list
         cause = " (NET/IB: no device found)" if evidence.ib_missing else ""
         found.append(
             f"NCCL fell back to TCP sockets{cause} over {', '.join(evidence.devices) or '?'}; "
-            "expected InfiniBand/RoCE: check the pod's RDMA device resource, the IPC_LOCK "
-            "capability, NCCL_IB_HCA and that the image has libibverbs"
+            "expected InfiniBand/RoCE: check the pod's RDMA device resource, the memlock "
+            "limit (unlimited in the node's runtime for a non-root image), NCCL_IB_HCA "
+            "(unset on SR-IOV networks) and that the image has libibverbs"
         )
     elif expect == "socket" and evidence.kind != "socket":
         found.append(f"NCCL uses {evidence.network}, but this cluster expects TCP sockets")
@@ -132,6 +133,16 @@ def memlock_problem(cap_eff_hex: str, memlock_soft_limit: int, unlimited: int) -
     )
 
 
+def raise_memlock() -> None:
+    """Raise the soft locked-memory limit to the hard one (no privilege needed), so that a
+    non-root process gets all the runtime allows before NCCL registers memory."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (hard, hard))
+
+
 def check_memlock() -> str | None:
     import resource
 
@@ -151,7 +162,9 @@ def _expand(pattern: str) -> Path:
 
 
 def prepare(env: MutableMapping[str, str]) -> Path:
-    """Make NCCL write INIT and NET info to a file we can read; returns its path."""
+    """Make NCCL write INIT and NET info to a file we can read; returns its path. Also
+    raises the soft memlock limit before NCCL registers any memory."""
+    raise_memlock()
     if env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
         env["NCCL_DEBUG"] = "INFO"
     subsystems = env.get("NCCL_DEBUG_SUBSYS", "")
