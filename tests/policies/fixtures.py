@@ -20,7 +20,6 @@ NCCL = {
     "NCCL_DEBUG": "INFO",
     "NCCL_DEBUG_SUBSYS": "INIT,NET",
     "NCCL_IB_DISABLE": "0",
-    "NCCL_IB_HCA": "=mlx5_0,mlx5_1",
     "NCCL_IB_GID_INDEX": "3",
     "NCCL_SOCKET_IFNAME": "=net1",
     "NCCL_NET_GDR_LEVEL": "PHB",
@@ -37,7 +36,13 @@ def container(name: str = "pytorch") -> dict[str, Any]:
         "image": "registry.example.com/trainer:1.2.0",
         "command": ["/bin/sh", "-c", 'exec trainer-launch --module trainer "$@"', "trainer"],
         "args": ["--model", "gpt"],
-        "env": _env({**NCCL, "TRAINER_CHECKPOINT_DIR": "/checkpoints/llama"}),
+        "env": _env(
+            {
+                **NCCL,
+                "TRAINER_CHECKPOINT_DIR": "/checkpoints/llama",
+                "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "240",
+            }
+        ),
         "resources": {
             "requests": {"cpu": "96", "memory": "1Ti"},
             "limits": {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": 8, "nvidia.com/roce_vf": 1},
@@ -103,7 +108,7 @@ def pytorchjob() -> dict[str, Any]:
         "metadata": meta("llama", **{"kueue.x-k8s.io/queue-name": "training"}),
         "spec": {
             "nprocPerNode": "8",
-            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 6},
+            "runPolicy": {"cleanPodPolicy": "None"},
             "pytorchReplicaSpecs": {
                 "Master": {"replicas": 1, "restartPolicy": "ExitCode", "template": pod()},
                 "Worker": {"replicas": 3, "restartPolicy": "ExitCode", "template": pod()},
@@ -143,10 +148,10 @@ def mpijob() -> dict[str, Any]:
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "MPIJob",
-        "metadata": meta("cnn-mpi", **{"kueue.x-k8s.io/queue-name": "training"}),
+        "metadata": meta("cnn-mpi"),
         "spec": {
             "slotsPerWorker": 8,
-            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 6},
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 6},
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "template": {"spec": {"containers": [launcher]}}},
                 "Worker": {"replicas": 2, "template": worker_pod},
@@ -201,7 +206,7 @@ def platform() -> Docs:
         {
             "apiVersion": "nvidia.com/v1",
             "kind": "ClusterPolicy",
-            "metadata": {"name": "cluster-policy"},
+            "metadata": {"name": "gpu-cluster-policy"},
             "spec": {"driver": {"kernelModuleType": "open", "rdma": {"enabled": False}}},
         },
     ]
@@ -502,7 +507,7 @@ def _missing_queue(docs: Docs) -> None:
 
 
 def _never_restart(docs: Docs) -> None:
-    job(docs)["spec"]["runPolicy"]["backoffLimit"] = 0
+    job(docs)["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] = "Never"
 
 
 def _image(value: str) -> Callable[[Docs], None]:
@@ -714,8 +719,13 @@ def _launcher_container(name: str) -> dict[str, Any]:
 
 def _sshd_pod(container_name: str, job_label: str) -> dict[str, Any]:
     worker = pod(container_name)
-    worker["spec"]["securityContext"] = {"runAsUser": 1000, "fsGroup": 1000}
+    worker["spec"]["securityContext"] = {
+        "runAsUser": 1000,
+        "fsGroup": 1000,
+        "fsGroupChangePolicy": "OnRootMismatch",
+    }
     main = worker["spec"]["containers"][0]
+    main.pop("securityContext")  # IPC_LOCK never reaches uid 1000
     main["command"] = ["/usr/sbin/sshd", "-De", "-f", "/home/trainer/.sshd_config"]
     main.pop("args")
     term = worker["spec"]["affinity"]["podAffinity"][
@@ -737,7 +747,7 @@ def mpijob_v2() -> dict[str, Any]:
             "launcherCreationPolicy": "WaitForWorkersReady",
             "runLauncherAsWorker": False,
             "sshAuthMountPath": "/home/trainer/.ssh",
-            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 6},
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 6},
             "mpiReplicaSpecs": {
                 "Launcher": {
                     "replicas": 1,
@@ -1170,4 +1180,245 @@ FIXTURES.update(
         ),
         "runtime-fabric-network": (edit_v2(_runtime_off_network), baseline_v2),
     }
+)
+
+
+# -- issue 11: what Argo CD, Kueue, Multus and the operators really do ----------------------
+# Each pre-fix shape of the repository's own content also lives, rendered, in
+# tests/gitops_defects/.
+
+
+def _cluster_policy_named(name: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        next(d for d in docs if d["kind"] == "ClusterPolicy")["metadata"]["name"] = name
+
+    return change
+
+
+def _addons_project() -> dict[str, Any]:
+    project = appproject(False)
+    project["metadata"]["name"] = "addons"
+    project["spec"]["destinations"] = [{"name": "prod", "namespace": "kueue-system"}]
+    project["spec"]["namespaceResourceWhitelist"] = [
+        {"group": "rbac.authorization.k8s.io", "kind": "RoleBinding"}
+    ]
+    return project
+
+
+def _kueue_appset(values: dict[str, Any] | None, preserve: bool = True) -> dict[str, Any]:
+    source: dict[str, Any] = {
+        "repoURL": "registry.k8s.io/kueue/charts",
+        "chart": "kueue",
+        "targetRevision": "0.19.2",
+    }
+    if values is not None:
+        source["helm"] = {"releaseName": "kueue", "valuesObject": values}
+    appset: dict[str, Any] = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "ApplicationSet",
+        "metadata": {"name": "kueue", "namespace": "argocd"},
+        "spec": {
+            "generators": [{"list": {"elements": [{"cluster": "prod"}]}}],
+            "template": {
+                "metadata": {"name": "{{.cluster}}-kueue"},
+                "spec": {
+                    "project": "addons",
+                    "source": source,
+                    "destination": {"name": "{{.cluster}}", "namespace": "kueue-system"},
+                },
+            },
+        },
+    }
+    if preserve:
+        appset["spec"]["syncPolicy"] = {"preserveResourcesOnDeletion": True}
+    return appset
+
+
+def _namespaced_kinds(listed: bool) -> Callable[[], Docs]:
+    def build() -> Docs:
+        project = _addons_project()
+        if not listed:
+            del project["spec"]["namespaceResourceWhitelist"]
+        return [project]
+
+    return build
+
+
+def _queued_mpijob_v1(docs: Docs) -> None:
+    job(docs, "MPIJob")["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "training"
+
+
+def _cluster_queue(*covered: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        docs.append(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ClusterQueue",
+                "metadata": {"name": "training"},
+                "spec": {
+                    "resourceGroups": [
+                        {
+                            "coveredResources": list(covered),
+                            "flavors": [
+                                {
+                                    "name": "gpu",
+                                    "resources": [
+                                        {"name": r, "nominalQuota": "64"} for r in covered
+                                    ],
+                                }
+                            ],
+                        }
+                    ]
+                },
+            }
+        )
+
+    return change
+
+
+def _vfs(count: int, attachments: int) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        doc = job(docs)
+        field = "pytorchReplicaSpecs"
+        for replica in doc["spec"][field].values():
+            template = replica["template"]
+            template["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/roce_vf"] = count
+            networks = ",".join(["training-net"] * attachments)
+            template["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] = networks
+
+    return change
+
+
+def _idle_workers_kept(docs: Docs) -> None:
+    job(docs, "MPIJob")["spec"]["runPolicy"]["cleanPodPolicy"] = "None"
+
+
+def _backoff_limit(docs: Docs) -> None:
+    job(docs)["spec"]["runPolicy"]["backoffLimit"] = 6
+
+
+def _fs_group(policy: str | None) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        for spec in pods_of(job(docs)):
+            spec["securityContext"] = {"fsGroup": 1000}
+            if policy:
+                spec["securityContext"]["fsGroupChangePolicy"] = policy
+
+    return change
+
+
+def multus_daemonset(memory: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "kube-multus-ds", "namespace": "kube-system"},
+        "spec": {
+            "selector": {"matchLabels": {"name": "multus"}},
+            "template": {
+                "metadata": {"labels": {"name": "multus"}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "kube-multus",
+                            "image": "ghcr.io/k8snetworkplumbingwg/multus-cni:v4.3.0-thick",
+                            "command": ["/usr/src/multus-cni/bin/multus-daemon"],
+                            "resources": {
+                                "requests": {"cpu": "100m", "memory": memory},
+                                "limits": {"memory": memory},
+                            },
+                        }
+                    ]
+                },
+            },
+        },
+    }
+
+
+def training_operator(args: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "training-operator", "namespace": "kubeflow"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "training-operator"}},
+            "template": {
+                "metadata": {"labels": {"app": "training-operator"}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "training-operator",
+                            "image": "kubeflow/training-operator:v1-5170a36",
+                            "command": ["/manager"],
+                            "args": args,
+                            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+                        }
+                    ]
+                },
+            },
+        },
+    }
+
+
+PINNED_INJECTED = [
+    "--pytorch-init-container-image=docker.io/library/alpine:3.21.3",
+    "--mpi-kubectl-delivery-image=docker.io/kubeflow/kubectl-delivery:v1-5170a36",
+]
+
+
+def _run_as(uid: int, ipc_lock: bool) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        for spec in pods_of(job(docs)):
+            spec["securityContext"] = {"runAsUser": uid}
+            if not ipc_lock:
+                spec["containers"][0].pop("securityContext", None)
+
+    return change
+
+
+FIXTURES.update(
+    {
+        "argocd-single-owner": (
+            edit(_cluster_policy_named("cluster-policy")),
+            baseline,
+        ),
+        "appproject-chart-namespaces": (
+            only(_addons_project, lambda: _kueue_appset({})),
+            only(
+                _addons_project,
+                lambda: _kueue_appset({"enableVisibilityAuthReaderRoleBinding": False}),
+            ),
+        ),
+        "appproject-namespaced-kinds": (_namespaced_kinds(False), _namespaced_kinds(True)),
+        "applicationset-preserve-resources": (
+            only(lambda: _kueue_appset(None, preserve=False)),
+            only(lambda: _kueue_appset(None)),
+        ),
+        "queue-label-unmanaged-kind": (edit(_queued_mpijob_v1), baseline),
+        "kueue-covers-requests": (
+            edit(_cluster_queue("cpu", "memory", "nvidia.com/gpu")),
+            edit(_cluster_queue("cpu", "memory", "nvidia.com/gpu", "nvidia.com/roce_vf")),
+        ),
+        "sriov-vfs-attached": (edit(_vfs(2, 1)), edit(_vfs(2, 2))),
+        "nccl-ib-hca-exact-vf": (edit(_env_var("NCCL_IB_HCA", "=mlx5_0,mlx5_1")), baseline),
+        "mpi-idle-workers-kept": (edit(_idle_workers_kept), baseline),
+        "backoff-limit-exitcode": (edit(_backoff_limit), baseline),
+        "shutdown-timeout-grace": (
+            edit(_env_var("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", None)),
+            baseline,
+        ),
+        "fsgroup-change-policy": (edit(_fs_group(None)), edit(_fs_group("OnRootMismatch"))),
+        "multus-memory-limit": (
+            only(lambda: multus_daemonset("50Mi")),
+            only(lambda: multus_daemonset("1Gi")),
+        ),
+    }
+)
+MORE_FIXTURES.setdefault("rdma-ipc-lock", []).append(
+    (edit(_run_as(1000, ipc_lock=True)), edit(_run_as(1000, ipc_lock=False)))
+)
+MORE_FIXTURES.setdefault("image-pinned", []).append(
+    (only(lambda: training_operator([])), only(lambda: training_operator(PINNED_INJECTED)))
+)
+MORE_FIXTURES.setdefault("shutdown-timeout-grace", []).append(
+    (edit(_env_var("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "300")), baseline)
 )

@@ -49,14 +49,14 @@ def test_a_trainjob_inherits_its_runtimes_mpi_finding_at_spec_runtime_ref():
         runtime = named(docs, "ClusterTrainingRuntime", "mpi-distributed-roce")
         job = runtime["spec"]["template"]["spec"]["replicatedJobs"][1]
         command = job["template"]["spec"]["template"]["spec"]["containers"][0]["command"]
-        index = command.index("NCCL_IB_HCA")
+        index = command.index("NCCL_IB_GID_INDEX")
         del command[index - 1 : index + 1]
 
     hits = _on(edit_v2(forward_less)(), "mpi-forwards-nccl")
     by_resource = {f.resource: f for f in hits}
     runtime = by_resource["ClusterTrainingRuntime//mpi-distributed-roce"]
     assert runtime.path.startswith("spec.template.spec.replicatedJobs[1]")
-    assert "NCCL_IB_HCA" in runtime.message
+    assert "NCCL_IB_GID_INDEX" in runtime.message
     on_job = by_resource["TrainJob/training/llama-mpi"]
     assert on_job.path == "spec.runtimeRef"
     assert "from ClusterTrainingRuntime mpi-distributed-roce" in on_job.message

@@ -335,7 +335,11 @@ def check_queues(cluster: Cluster, docs: list[Document]) -> list[Check]:
 
 # The GPU Operator chart's own ClusterPolicy (its add-on owns it; the overlay has none).
 CHART_CLUSTER_POLICY = Document(
-    obj={"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"}},
+    obj={
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "cluster-policy"},
+    },
     source="gpu-operator chart",
 )
 

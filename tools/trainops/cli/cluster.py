@@ -49,6 +49,7 @@ def report(result: WriteResult) -> None:
 @click.option("--hca", multiple=True, help=FIELD_DOCS["hca"] + " (repeat or comma-separate)")
 @click.option("--gid-index", type=int, help=FIELD_DOCS["gidIndex"])
 @click.option("--rdma-resource", help=FIELD_DOCS["rdmaResource"])
+@click.option("--rdma-per-pod", type=int, help=FIELD_DOCS["rdmaPerPod"])
 @click.option("--storage-class", help=FIELD_DOCS["storageClass"])
 @click.option("--scheduler", type=click.Choice(SCHEDULERS), help=FIELD_DOCS["scheduler"])
 @click.option("--queue", help=FIELD_DOCS["queue"])
@@ -83,7 +84,7 @@ def new_cluster(name, from_file, force, **flags):
     \b
     Example:
       trainops new-cluster gpu-east --fabric roce --gpus-per-node 8 --nodes 4 \\
-        --hca mlx5_0 --hca mlx5_1 --gid-index 3 --rdma-resource nvidia.com/roce_vf \\
+        --rdma-per-pod 2 --gid-index 3 --rdma-resource nvidia.com/roce_vf \\
         --storage-class cephfs --scheduler kueue --image ghcr.io/acme/trainer:1.2.0
     """
     if from_file is not None:
@@ -105,6 +106,7 @@ def _values_from_flags(flags: dict) -> dict:
         "nic": "nic",
         "gid_index": "gidIndex",
         "rdma_resource": "rdmaResource",
+        "rdma_per_pod": "rdmaPerPod",
         "storage_class": "storageClass",
         "scheduler": "scheduler",
         "queue": "queue",
