@@ -61,12 +61,21 @@ def pod_specs(job: dict):
                 yield role, replica["template"]["spec"]
 
 
+def pod_annotations(job: dict):
+    for key, value in job["spec"].items():
+        if key.endswith("ReplicaSpecs"):
+            for role, replica in value.items():
+                yield role, replica["template"]["metadata"].get("annotations", {})
+
+
 def test_four_clusters_with_the_required_shapes():
     assert CLUSTERS == ["lab-tcp", "prod-b200", "prod-ib", "prod-roce"]
     lab, b200, ib, roce = (load_profile(p / "cluster.yaml") for p in OVERLAYS)
     assert (lab.fabric, lab.network, lab.gpusPerNode) == ("tcp", "macvlan", 1)
     assert (b200.fabric, b200.trainer, b200.mpiOperator) == ("ib", "v2", "mpi-operator")
-    assert {lab.mpiOperator, ib.mpiOperator, roce.mpiOperator} == {"training-operator"}
+    assert {lab.mpiOperator, ib.mpiOperator} == {"training-operator"}
+    # Kueue queues only the MPI Operator's v2beta1 MPIJobs.
+    assert roce.mpiOperator == "mpi-operator"
     assert {lab.trainer, ib.trainer, roce.trainer} == {"v1"}
     assert (roce.fabric, roce.network, roce.gpusPerNode, roce.scheduler) == (
         "roce",
@@ -112,7 +121,6 @@ def test_an_overlay_nccl_patch_keeps_every_other_variable(tmp_path: Path):
         "NCCL_DEBUG",
         "NCCL_DEBUG_SUBSYS",
         "NCCL_IB_DISABLE",
-        "NCCL_IB_HCA",
         "NCCL_IB_GID_INDEX",
         "NCCL_SOCKET_IFNAME",
         "TRAINER_CHECKPOINT_DIR",
@@ -174,18 +182,30 @@ def test_templates_honour_the_profile(cluster):
     profile = load_profile(REPO / "overlays" / cluster / "cluster.yaml")
     [job] = kustomize(REPO / "overlays" / cluster / "training" / "pytorchjob")
     assert job["spec"]["nprocPerNode"] == str(profile.gpusPerNode)
-    for _, spec in pod_specs(job):
+    assert "backoffLimit" not in job["spec"]["runPolicy"]  # counts nothing under ExitCode
+    for role, spec in pod_specs(job):
         container = spec["containers"][0]
         assert container["command"][-2].startswith("exec trainer-launch --module trainer")
         limits = container["resources"]["limits"]
         assert limits["nvidia.com/gpu"] == profile.gpusPerNode
         assert (profile.rdmaResource in limits) == profile.rdma
+        # Non-root: IPC_LOCK would never reach the process (memlock comes from the runtime).
         caps = container.get("securityContext", {}).get("capabilities", {}).get("add", [])
-        assert ("IPC_LOCK" in caps) == profile.rdma
+        assert "IPC_LOCK" not in caps
+        security = spec["securityContext"]
+        assert security["runAsUser"] == 1000 and security["runAsNonRoot"] is True
+        assert security["fsGroupChangePolicy"] == "OnRootMismatch"
         env = container_env(container)
         assert env["NCCL_DEBUG"] == "INFO" and "NCCL_DEBUG_SUBSYS" in env
-        if profile.rdma:
+        if profile.rdma and profile.sriov:
+            # One attachment per VF; NCCL uses every VF the pod sees.
+            assert "NCCL_IB_HCA" not in env
+            networks = dict(pod_annotations(job))[role]["k8s.v1.cni.cncf.io/networks"]
+            assert networks.split(",") == ["training-net"] * profile.rdmaPerPod
+        elif profile.rdma:
             assert env["NCCL_IB_HCA"] == "=" + ",".join(profile.hca)
+        timeout = int(env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"])
+        assert 30 < timeout < spec["terminationGracePeriodSeconds"]
         shm = {v["name"]: v for v in spec["volumes"]}["dshm"]["emptyDir"]
         assert shm == {"medium": "Memory", "sizeLimit": profile.shmSize}
         mounts = {m["mountPath"] for m in container["volumeMounts"]}
@@ -214,21 +234,23 @@ def test_platform_objects_and_sync_waves():
 
     assert {wave(d) for d in by_kind["CustomResourceDefinition"]} == {-2}
     assert {wave(d) for d in by_kind["Deployment"]} == {-2}
-    for kind in (
-        "NetworkAttachmentDefinition",
-        "ClusterPolicy",
-        "PersistentVolumeClaim",
-        "LocalQueue",
-    ):
+    for kind in ("NetworkAttachmentDefinition", "PersistentVolumeClaim", "LocalQueue"):
         assert {wave(d) for d in by_kind[kind]} == {-1}, kind
+    # One owner per object: the GPU Operator's chart owns its ClusterPolicy. No job runs
+    # in a sync (no hook waits on two nodes or on a queue).
+    assert "ClusterPolicy" not in by_kind and "PyTorchJob" not in by_kind
+    [queue] = by_kind["ClusterQueue"]
+    profile = load_profile(REPO / "overlays/prod-roce/cluster.yaml")
+    assert profile.rdmaResource in queue["spec"]["resourceGroups"][0]["coveredResources"]
+    [multus] = [d for d in by_kind["DaemonSet"] if d["metadata"]["name"] == "kube-multus-ds"]
+    daemon = multus["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert daemon["limits"] == {"memory": "1Gi"}
     for crd in by_kind["CustomResourceDefinition"]:
         if crd["spec"]["group"] == "kubeflow.org":
             assert (
                 "ServerSideApply=true"
                 in crd["metadata"]["annotations"]["argocd.argoproj.io/sync-options"]
             )
-    [preflight] = [d for d in by_kind["PyTorchJob"]]
-    assert preflight["metadata"]["annotations"]["argocd.argoproj.io/hook"] == "PostSync"
 
 
 def test_volcano_cluster_turns_on_gang_scheduling_for_all_pods():
@@ -328,19 +350,28 @@ def test_mpi_operator_cluster_has_one_owner_of_the_mpijob_crd():
         [mpijobs] = [c for c in crds if c["metadata"]["name"] == "mpijobs.kubeflow.org"]
         versions = [v["name"] for v in mpijobs["spec"]["versions"]]
         deployments = {d["metadata"]["name"] for d in kinds["Deployment"]}
-        if load_profile(overlay / "cluster.yaml").mpi_v2:
+        profile = load_profile(overlay / "cluster.yaml")
+        if profile.mpi_v2:
             assert versions == ["v2beta1"]
             assert _deployment_args(docs, "mpi-operator")[:2] == [
                 "-alsologtostderr",
                 "--lock-namespace=mpi-operator",
             ]
-            # trainer: v2 here, so no Training Operator and none of its v1 kinds.
-            assert {c["spec"]["names"]["kind"] for c in crds} == {"MPIJob"}
-            assert "training-operator" not in deployments
+            if not profile.trainer_v1:  # no Training Operator and none of its v1 kinds
+                assert {c["spec"]["names"]["kind"] for c in crds} == {"MPIJob"}
+                assert "training-operator" not in deployments
+            else:  # the Training Operator serves every kind but MPIJob
+                args = _deployment_args(docs, "training-operator")
+                assert "--enable-scheme=pytorchjob" in args
+                assert "--enable-scheme=mpijob" not in args
         else:
             assert versions == ["v1"]
             training_operator = _deployment_args(docs, "training-operator")
             assert not any("--enable-scheme" in arg for arg in training_operator)
+            # The images it injects into jobs are pinned.
+            assert "--pytorch-init-container-image=docker.io/library/alpine:3.21.3" in (
+                training_operator
+            )
             assert "mpi-operator" not in deployments
         for crd in crds:
             annotations = crd["metadata"]["annotations"]
@@ -375,7 +406,8 @@ def test_v2beta1_mpijob_template_keeps_every_promise_of_the_v1_one():
     limits = container["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == profile.gpusPerNode
     assert limits[profile.rdmaResource] == profile.rdmaPerPod
-    assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"]
+    assert "capabilities" not in container.get("securityContext", {})
+    assert spec["runPolicy"]["cleanPodPolicy"] == "Running"
     assert worker["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": profile.shmSize}
     assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/checkpoints", "/dev/shm"}
     assert worker["terminationGracePeriodSeconds"] > 30
@@ -383,12 +415,18 @@ def test_v2beta1_mpijob_template_keeps_every_promise_of_the_v1_one():
     assert "podAffinity" in worker["affinity"]
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == profile.queue
     annotations = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]
-    assert annotations["k8s.v1.cni.cncf.io/networks"] == "training-net"
+    networks = annotations["k8s.v1.cni.cncf.io/networks"].split(",")
+    assert networks == ["training-net"] * profile.rdmaPerPod
     # Ranks start over SSH: the launcher carries and forwards every variable they need.
     command = launcher["containers"][0]["command"]
     forwarded = {command[i + 1] for i, arg in enumerate(command) if arg == "-x"}
     launcher_env = container_env(launcher["containers"][0])
-    for name in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE", "TRAINER_CHECKPOINT_DIR"):
+    for name in (
+        "NCCL_NET_GDR_LEVEL",
+        "NCCL_SOCKET_IFNAME",
+        "NCCL_IB_DISABLE",
+        "TRAINER_CHECKPOINT_DIR",
+    ):
         assert name in forwarded and name in launcher_env, name
     assert {"PATH", "LD_LIBRARY_PATH"} <= forwarded
     assert "--allow-run-as-root" not in command
@@ -439,9 +477,7 @@ def test_trainer_v2_cluster_installs_trainer_and_jobset_with_their_certificates(
         annotations = runtime["metadata"]["annotations"]
         assert annotations["argocd.argoproj.io/sync-wave"] == "-1"
         assert "SkipDryRunOnMissingResource=true" in annotations["argocd.argoproj.io/sync-options"]
-    [preflight] = kinds["TrainJob"]
-    assert preflight["metadata"]["annotations"]["argocd.argoproj.io/hook"] == "PostSync"
-    assert preflight["spec"]["runtimeRef"]["name"] == "torch-distributed-ib"
+    assert "TrainJob" not in kinds  # the preflight runs on demand, not in a sync
 
 
 def test_the_platforms_argo_cd_application_leaves_the_certificates_to_the_operators():
@@ -472,14 +508,16 @@ def test_cluster_runtimes_carry_everything_the_v1_templates_carry(name):
     pods = _replicated_pods(runtime)
     node = pods["node"]
     spec, container = node["spec"], node["spec"]["containers"][0]
-    assert node["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] == "training-net"
     env = container_env(container)
-    assert env["NCCL_IB_HCA"] == "=" + ",".join(profile.hca)
+    assert "NCCL_IB_HCA" not in env  # SR-IOV: the pod sees only its own VFs
+    networks = node["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"]
+    assert networks.split(",") == ["training-net"] * profile.rdmaPerPod
     assert env["NCCL_SOCKET_IFNAME"] == "=net1" and env["NCCL_IB_DISABLE"] == "0"
     limits = container["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == profile.gpusPerNode
     assert limits[profile.rdmaResource] == profile.rdmaPerPod
-    assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"]
+    assert "capabilities" not in container.get("securityContext", {})
+    assert spec["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": profile.shmSize}
     assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": "checkpoints"}
