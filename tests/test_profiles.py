@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import write
+from tests.test_gitops_defects import DEFECT_RULES
 from tests.workspace import commit, status
 
 ROCE = [
@@ -265,7 +266,7 @@ def test_set_dry_run_prints_the_diff_and_writes_nothing(trainops, workspace):
         ("fabric=fddi", "overlays/prod-roce/cluster.yaml:7: fabric: must be one of tcp, roce, ib"),
         ("gpusPerNode=eight", "gpusPerNode: must be an integer, not 'eight'"),
         ("Nodes=3", "Nodes: unknown profile key; did you mean nodes?"),
-        ("hca-", "hca: is required for the roce fabric"),
+        ("hca=mlx5_0", "hca: a pod on the sriov-roce network sees only its own VFs"),
         ("nodes.x=1", "nodes.x: nodes is not a map"),
         ("nccl.NCCL_NOPE-", "nccl.NCCL_NOPE: not set in the profile"),
         ("nodes", "'nodes' is not KEY=VALUE"),
@@ -285,8 +286,13 @@ def test_bad_assignments_are_one_line_errors_and_write_nothing(
     [
         (
             "fabric: ib\ngpusPerNode: 8\nnodes: 2\nstorageClass: nfs\nimage: r/t:1\n"
-            "rdmaResource: x/ib\n",
+            "network: host-device\nnic: ib0\nrdmaResource: x/ib\n",
             "hca: is required for the ib fabric",
+        ),
+        (
+            "fabric: roce\ngpusPerNode: 8\nnodes: 2\nstorageClass: nfs\nimage: r/t:1\n"
+            "rdmaResource: x/vf\nscheduler: kueue\nmpiOperator: training-operator\n",
+            "mpiOperator: Kueue does not manage the Training Operator's MPIJob",
         ),
         (
             "fabric: tcp\nnic: eth1\ngpusPerNode: 1\nnodes: 2\nstorageClass: nfs\nimage: r/t:1\n"
@@ -335,7 +341,10 @@ def test_a_new_user_follows_the_readme_to_a_new_cluster_and_a_run(trainops, work
         assert run.code == 0, (words, run.err, run.out)
     clusters = sorted(p.parent.name for p in (workspace / "overlays").glob("*/cluster.yaml"))
     assert len(clusters) == 5
-    validate_clean(trainops, workspace, "overlays")
+    report = validate_clean(trainops, workspace, "overlays")
+    # Free of every issue-11 defect, warnings included.
+    found = {f["rule"] for f in report["findings"]}
+    assert not found & DEFECT_RULES, sorted(found & DEFECT_RULES)
 
 
 def _render_one(trainops, workspace, path: str) -> dict:

@@ -294,18 +294,18 @@ def _check(p: ClusterProfile, fail) -> None:
         raise fail("trainer", f"must be one of {', '.join(TRAINERS)}, not {p.trainer!r}")
     if p.mpiOperator and p.mpiOperator not in MPI_OPERATORS:
         raise fail("mpiOperator", f"must be one of {', '.join(MPI_OPERATORS)}")
+    if p.mpiOperator == "training-operator" and p.trainer == "v2":
+        raise fail(
+            "mpiOperator",
+            "training-operator needs the Training Operator, which trainer: v2 does not "
+            "install: use mpi-operator or none, or trainer: both",
+        )
     if p.mpiOperator == "training-operator" and p.scheduler == "kueue":
         raise fail(
             "mpiOperator",
             "Kueue does not manage the Training Operator's MPIJob (kubeflow.org/v1): such "
             "jobs would bypass the queue's quota. Use mpi-operator (v2beta1, which Kueue "
             "queues) or none",
-        )
-    if p.mpiOperator == "training-operator" and p.trainer == "v2":
-        raise fail(
-            "mpiOperator",
-            "training-operator needs the Training Operator, which trainer: v2 does not "
-            "install: use mpi-operator or none, or trainer: both",
         )
     if p.placement not in PLACEMENTS:
         raise fail("placement", f"must be one of {', '.join(PLACEMENTS)}")
