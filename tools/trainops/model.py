@@ -23,6 +23,22 @@ class Target:
     path: str  # as shown to the user (relative to the working directory when possible)
 
 
+@dataclass(frozen=True)
+class Origin:
+    """Where kustomize says a rendered object came from (its build annotations).
+
+    Paths are relative to the rendered kustomization's directory. `path` is the
+    file the object was read from (None for generated objects, and for remote
+    resources, which name their `repo`); `transformations` are the kustomization
+    files whose transformers (patches, images...) changed it, in the order applied,
+    with each transformer's kind.
+    """
+
+    path: str | None = None
+    repo: str | None = None
+    transformations: tuple[tuple[str, str], ...] = ()
+
+
 @dataclass
 class Document:
     """One object of a render, with its origin.
@@ -38,6 +54,7 @@ class Document:
     file: str | None = None
     line: int | None = None
     text: str | None = field(default=None, repr=False)
+    origin: Origin | None = field(default=None, repr=False)
 
     @cached_property
     def api_version(self) -> str:
@@ -78,7 +95,14 @@ class Document:
 
 @dataclass(frozen=True)
 class Finding:
-    """One problem, in the shape every reporter understands."""
+    """One problem, in the shape every reporter understands.
+
+    `source` is the target (overlay or file) the problem was found in; `file` and
+    `line` the place to fix it: the plain file, or for a rendered object the base,
+    patch or kustomization that produced the field. When that file is generated
+    from a cluster profile, `profile_key` names the cluster.yaml key to change
+    instead, at `profile_file`:`profile_line`.
+    """
 
     rule: str
     severity: str
@@ -89,36 +113,47 @@ class Finding:
     fix: str = ""
     file: str | None = None
     line: int | None = None
+    profile_key: str | None = None
+    profile_file: str | None = None
+    profile_line: int | None = None
 
     @property
     def location(self) -> str:
         if self.file and self.line:
             return f"{self.file}:{self.line}"
-        return self.source
+        return self.file or self.source
+
+    @property
+    def profile_location(self) -> str:
+        """`cluster.yaml:LINE (key)` when a profile key generated the field, else ''."""
+        if not self.profile_key:
+            return ""
+        where = f"{self.profile_file}:{self.profile_line}" if self.profile_line else "cluster.yaml"
+        return f"{where} ({self.profile_key})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "rule": self.rule,
             "severity": self.severity,
             "source": self.location,
-            "resource": self.resource,
-            "path": self.path,
-            "message": self.message,
-            "fix": self.fix,
-        }
-
-    def to_cache(self) -> dict[str, Any]:
-        return {
-            "rule": self.rule,
-            "severity": self.severity,
-            "source": self.source,
-            "resource": self.resource,
-            "path": self.path,
-            "message": self.message,
-            "fix": self.fix,
+            "target": self.source,
             "file": self.file,
             "line": self.line,
+            "resource": self.resource,
+            "path": self.path,
+            "message": self.message,
+            "fix": self.fix,
         }
+        if self.profile_key:
+            data["profile"] = {
+                "key": self.profile_key,
+                "file": self.profile_file,
+                "line": self.profile_line,
+            }
+        return data
+
+    def to_cache(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     @classmethod
     def from_cache(cls, data: dict[str, Any]) -> Finding:

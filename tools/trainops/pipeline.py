@@ -31,6 +31,7 @@ from trainops.policy.engine import Context, PolicySettings, evaluate
 from trainops.policy.settings import load_pack, load_settings
 from trainops.render.discover import display_path
 from trainops.render.engine import Plan, Renderer, RenderOptions, RenderResult
+from trainops.render.origin import Placer
 from trainops.report import SKIPPED, Report, ResourceResult, TargetReport
 from trainops.schema.check import check_document
 from trainops.schema.registry import SchemaRegistry, minor_version
@@ -281,6 +282,8 @@ class Validation:
                 inputs=result.inputs,
             )
             findings.extend(evaluate(context, self.policy_settings))
+        if result.inputs is not None:  # a kustomize render: the files behind each field
+            findings = Placer(result.inputs.root).place_all(findings, result.documents)
         return TargetReport(result.target, resources, findings)
 
     # -- processes --------------------------------------------------------------------------

@@ -49,10 +49,20 @@ class TargetReport:
         )
 
 
+@dataclass(frozen=True)
+class Invocation:
+    """How the run was started, for reports that record it (SARIF)."""
+
+    command_line: str
+    directory: str  # the working directory; report paths are relative to it
+    repo_url: str  # the repository's address, from [tool.trainops]
+
+
 @dataclass
 class Report:
     targets: list[TargetReport] = field(default_factory=list)
     fail_on: str = ERROR  # the lowest severity that makes the exit code 1
+    invocation: Invocation | None = None
 
     @property
     def findings(self) -> list[Finding]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
 import click
@@ -12,7 +14,7 @@ from trainops.output import FORMATS, reporter
 from trainops.output.progress import ProgressLine
 from trainops.output.text import render as text_report
 from trainops.pipeline import ValidateOptions, Validation
-from trainops.report import summary_line
+from trainops.report import Invocation, summary_line
 from trainops.schema.registry import DEFAULT_KUBERNETES_VERSION, crd_location
 
 
@@ -177,6 +179,11 @@ def validate(
         if progress is not None:
             progress.close()
     report.fail_on = fail_on
+    report.invocation = Invocation(
+        command_line=shlex.join(["trainops", *sys.argv[1:]]),
+        directory=str(Path.cwd()),
+        repo_url=config.repo_url,
+    )
     if fmt == "text":
         colour = output is None and click.get_text_stream("stdout").isatty()
         text = text_report(report, colour=colour, show_info=show_info, quiet=quiet)

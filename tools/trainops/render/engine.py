@@ -24,6 +24,7 @@ from trainops.model import WARNING, Document, Finding, Target
 from trainops.render import kustomize
 from trainops.render.discover import display_path
 from trainops.render.inputs import InputGraph, RemoteUse, collect_inputs
+from trainops.render.origin import strip_origins
 from trainops.yamlio import (
     MAX_FILE_BYTES,
     decode,
@@ -109,6 +110,7 @@ class Renderer:
             entry = {"text": text, "findings": [f.to_cache() for f in findings]}
             self.cache.put("render", plan.key, json.dumps(entry).encode())
         documents = load_documents(text, source=target.path, keep_text=True)
+        strip_origins(documents)
         return RenderResult(target, documents, plan.key, text, findings, plan.inputs)
 
     def _key(self, graph: InputGraph) -> str:
@@ -121,7 +123,10 @@ class Renderer:
 
     def _build(self, graph: InputGraph, shown: str) -> tuple[str, list[Finding]]:
         if not graph.remotes or self.options.allow_network:
-            return kustomize.build(graph.root, shown, self.options.allow_network), []
+            text = kustomize.build(
+                graph.root, shown, self.options.allow_network, _relative_to(graph.root)
+            )
+            return text, []
         missing = [use for use in graph.remotes if use.local is None]
         findings = [self._missing_remote(use, shown) for use in missing]
         try:
@@ -196,11 +201,24 @@ class Renderer:
                         shutil.copyfile(use.local, staged.parent / copy_name)
                         entries[use.index] = copy_name
                 staged.write_text(json.dumps(spec, indent=1))
+
+            def origin_path(path: str) -> str:
+                if Path(path).is_relative_to(stage):
+                    path = str(root / Path(path).relative_to(stage))
+                return os.path.relpath(path, graph.root)
+
             try:
-                return kustomize.build(stage / graph.root.relative_to(root), shown)
+                return kustomize.build(
+                    stage / graph.root.relative_to(root), shown, origin_paths=origin_path
+                )
             except InputError as exc:
                 exc.message = exc.message.replace(str(stage), str(root))
                 raise
+
+
+def _relative_to(root: Path):
+    """Origin paths relative to the rendered kustomization, as the cache keeps them."""
+    return lambda path: os.path.relpath(path, root)
 
 
 def run_parallel(function, items, jobs):
