@@ -5,7 +5,7 @@ drift from it: each key of the profile is changed in turn (a number by one, a na
 by a suffix, a choice to each other choice, each `nccl` variable on its own), the
 overlay is generated again, and the fields that change are that key's. A field
 changed by several keys goes to the one that changes the fewest fields (the most
-specific: `storageClass` rather than `fabric`).
+specific: `storageClass` rather than `fabric`), counted in the field's file first.
 """
 
 from __future__ import annotations
@@ -50,20 +50,24 @@ def generated_by(
     (relative to the overlay), or None when no key changes it."""
     table = _table(profile)
     wanted = tuple(path)
-    best: tuple[int, int, str] | None = None
+    best: tuple[int, int, int, str] | None = None
     for key, changed in table.items():
         exact = inside = False
+        in_file = 0
         for f, d, p in changed:
-            if f != file or d != document:
+            if f != file:
+                continue
+            in_file += 1
+            if d != document:
                 continue
             if wanted[: len(p)] == p:
                 exact = True  # the key changes this field or a field holding it
             elif p[: len(wanted)] == wanted:
                 inside = True  # the key changes something inside this field
         if exact or inside:
-            rank = (0 if exact else 1, len(changed), key)
+            rank = (0 if exact else 1, in_file, len(changed), key)
             best = rank if best is None or rank < best else best
-    return best[2] if best else None
+    return best[-1] if best else None
 
 
 def key_line(text: str, key: str) -> int | None:

@@ -81,9 +81,10 @@ def build(
         )
 
 
+# Top-level metadata annotations, which kustomize writes at an indent of four spaces.
 _ANNOTATION_BLOCK = re.compile(
-    r"^(?P<indent> +)(?:alpha\.)?config\.kubernetes\.io/(?:origin|transformations): \|-?\n"
-    r"(?:(?P=indent)  .*\n)+",
+    r"^    (?:alpha\.)?config\.kubernetes\.io/(?:origin|transformations): \|-?\n"
+    r"(?:      .*\n)+",
     re.MULTILINE,
 )
 _LOCAL_PATH = re.compile(r"^(?P<lead> +(?:- )?(?:path|configuredIn): )(?P<path>\.\./.*)$", re.M)

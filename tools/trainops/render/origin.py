@@ -57,10 +57,26 @@ def strip_origins(documents: Iterable[Document], relative_to: Path | None = None
         transformations_text = annotations.pop(TRANSFORMATIONS, None)
         if not annotations:
             del metadata["annotations"]
+        if doc.text is not None:
+            doc.text = _strip_text(doc.text, emptied=not annotations)
         key = (origin_text, transformations_text)
         if key not in parsed:
             parsed[key] = _parse_origin(origin_text, transformations_text)
         doc.origin = parsed[key]
+
+
+# kustomize writes top-level metadata annotations at an indent of four spaces.
+_ANNOTATION_TEXT = re.compile(
+    r"^    (?:alpha\.)?config\.kubernetes\.io/(?:origin|transformations): \|-?\n(?:      .*\n)*",
+    re.MULTILINE,
+)
+_EMPTY_ANNOTATIONS = re.compile(r"^  annotations:\n(?!   )", re.MULTILINE)
+
+
+def _strip_text(text: str, emptied: bool) -> str:
+    """The document's YAML as kustomize writes it without the build annotations."""
+    text = _ANNOTATION_TEXT.sub("", text)
+    return _EMPTY_ANNOTATIONS.sub("", text, count=1) if emptied else text
 
 
 def _parse_origin(origin_text: Any, transformations_text: Any) -> Origin:
