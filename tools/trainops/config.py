@@ -15,9 +15,11 @@ from trainops.errors import InputError
 from trainops.schema.registry import DEFAULT_KUBERNETES_VERSION
 
 DEFAULT_REPO_URL = "https://github.com/example-org/trainops.git"
-# A source checkout keeps the imported CRD schemas and the policy pack next to
-# the package; they are the defaults outside a project with [tool.trainops].
+# Outside a project with [tool.trainops], the imported CRD schemas and the policy
+# pack come from the source checkout next to the package (an editable install),
+# else from the copies an installed wheel carries (see setup.py).
 _CHECKOUT = Path(__file__).resolve().parents[2]
+_BUNDLED = Path(__file__).resolve().parent / "bundled"
 
 
 @dataclass(frozen=True)
@@ -57,11 +59,11 @@ def load_project_config(start: Path | None = None) -> ProjectConfig:
         return (root / str(value)) if (value and root is not None) else None
 
     schema_dir = path_setting("schema-dir", "TRAINOPS_SCHEMA_DIR")
-    if schema_dir is None and (_CHECKOUT / "schemas").is_dir():
-        schema_dir = _CHECKOUT / "schemas"
+    if schema_dir is None:
+        schema_dir = _shipped("schemas", "")
     policy_pack = path_setting("policies", "TRAINOPS_POLICIES")
-    if policy_pack is None and (_CHECKOUT / "policies" / "__init__.py").is_file():
-        policy_pack = _CHECKOUT / "policies"
+    if policy_pack is None:
+        policy_pack = _shipped("policies", "__init__.py")
     version = os.environ.get("TRAINOPS_KUBERNETES_VERSION") or str(
         table.get("kubernetes-version") or DEFAULT_KUBERNETES_VERSION
     )
@@ -73,3 +75,11 @@ def load_project_config(start: Path | None = None) -> ProjectConfig:
         repo_url=str(table.get("repo-url") or DEFAULT_REPO_URL),
         policy_pack=policy_pack,
     )
+
+
+def _shipped(name: str, marker: str) -> Path | None:
+    """The checkout's `name` directory, else the installed package's copy."""
+    for root in (_CHECKOUT, _BUNDLED):
+        if (root / name / marker).exists():
+            return root / name
+    return None
