@@ -30,6 +30,7 @@ class ProjectConfig:
     kubernetes_version: str
     repo_url: str
     policy_pack: Path | None
+    paths: tuple[str, ...] = ("overlays",)  # what validate and render check by default
 
 
 def find_project_root(start: Path | None = None) -> Path | None:
@@ -45,6 +46,7 @@ def find_project_root(start: Path | None = None) -> Path | None:
 def load_project_config(start: Path | None = None) -> ProjectConfig:
     root = find_project_root(start)
     table: dict[str, object] = {}
+    path = None
     if root is not None:
         path = root / "pyproject.toml"
         try:
@@ -74,6 +76,7 @@ def load_project_config(start: Path | None = None) -> ProjectConfig:
         kubernetes_version=version,
         repo_url=str(table.get("repo-url") or DEFAULT_REPO_URL),
         policy_pack=policy_pack,
+        paths=_paths(table.get("paths"), path),
     )
 
 
@@ -83,3 +86,11 @@ def _shipped(name: str, marker: str) -> Path | None:
         if (root / name / marker).exists():
             return root / name
     return None
+
+
+def _paths(value: object, where: Path | None) -> tuple[str, ...]:
+    if value is None:
+        return ("overlays",)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InputError("[tool.trainops] paths must be a list of directories", str(where))
+    return tuple(value)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import PurePath
 from typing import Any
 
 ERROR, WARNING, INFO = "error", "warning", "info"
@@ -19,7 +20,7 @@ SEVERITIES = (ERROR, WARNING, INFO)
 class Target:
     """One thing to render: a kustomization directory, a plain YAML file or stdin."""
 
-    kind: str  # "kustomization" | "file" | "stdin"
+    kind: str  # "kustomization" | "helm" (a chart directory) | "file" | "stdin"
     path: str  # as shown to the user (relative to the working directory when possible)
 
 
@@ -122,6 +123,14 @@ class Finding:
         if self.file and self.line:
             return f"{self.file}:{self.line}"
         return self.file or self.source
+
+    @property
+    def outside_target(self) -> bool:
+        """Whether the file to fix lies outside the target it was rendered for (a base
+        shared by several overlays): reports then say which target it was."""
+        if not self.file or self.file == self.source:
+            return False
+        return not PurePath(self.file).is_relative_to(self.source)
 
     @property
     def profile_location(self) -> str:

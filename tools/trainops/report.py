@@ -105,3 +105,11 @@ def summary_line(report: Report) -> str:
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def keep_rules(report: Report, select: list[str], ignore: list[str]) -> None:
+    """Keep only findings of `select` (when given), minus those of `ignore`."""
+    for target in report.targets:
+        target.findings = [
+            f for f in target.findings if (not select or f.rule in select) and f.rule not in ignore
+        ]

@@ -7,7 +7,7 @@ import textwrap
 
 import click
 
-from trainops.cli.common import project_config
+from trainops.cli.common import complete_rule_ids, project_config
 from trainops.errors import InputError
 from trainops.policy.engine import EXEMPT_PREFIX
 from trainops.policy.settings import load_pack
@@ -41,7 +41,7 @@ def list_rules() -> None:
 
 
 @policies.command("explain")
-@click.argument("rule_id")
+@click.argument("rule_id", shell_complete=complete_rule_ids)
 def explain(rule_id: str) -> None:
     """Explain RULE_ID: why it matters, how to fix it, how to exempt a resource."""
     rules = _rules()

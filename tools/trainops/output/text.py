@@ -7,11 +7,9 @@ and kube-linter, a clean run prints one line.
 
 from __future__ import annotations
 
-from pathlib import PurePath
-
 import click
 
-from trainops.model import ERROR, INFO, WARNING, Finding
+from trainops.model import ERROR, INFO, WARNING
 from trainops.report import Report, summary_line
 
 _COLOURS = {ERROR: "red", WARNING: "yellow"}
@@ -29,7 +27,7 @@ def render(
             severity = click.style(severity, fg=_COLOURS.get(severity, "cyan"), bold=True)
         subject = " ".join(part for part in (finding.resource, finding.path) if part)
         subject = f"{subject}: " if subject else ""
-        via = f" (via {finding.source})" if _outside_target(finding) else ""
+        via = f" (via {finding.source})" if finding.outside_target else ""
         lines.append(
             f"{finding.location}: {severity}: {subject}{finding.message} [{finding.rule}]{via}"
         )
@@ -40,11 +38,3 @@ def render(
     hidden = report.count(INFO) if not show_info and not quiet else 0
     lines.append(summary_line(report) + (" (shown with --show-info)" if hidden else ""))
     return "\n".join(lines) + "\n"
-
-
-def _outside_target(finding: Finding) -> bool:
-    """Whether the file to fix lies outside the overlay it was rendered for (a base
-    shared by several overlays), so the line must say which overlay it was."""
-    if not finding.file or finding.file == finding.source:
-        return False
-    return not PurePath(finding.file).is_relative_to(finding.source)

@@ -21,7 +21,7 @@ from pathlib import Path
 from trainops.cache import Cache, FileHasher, code_fingerprint, digest
 from trainops.errors import InputError
 from trainops.model import WARNING, Document, Finding, Target
-from trainops.render import kustomize
+from trainops.render import helm, kustomize
 from trainops.render.discover import display_path
 from trainops.render.inputs import InputGraph, RemoteUse, collect_inputs
 from trainops.render.origin import strip_origins
@@ -89,6 +89,8 @@ class Renderer:
             return Plan(target, self._key(graph), inputs=graph)
         if target.kind == "stdin":
             text = stdin_text or ""
+        elif target.kind == "helm":
+            text = helm.template(Path(target.path), target.path)
         else:
             text = read_text(target.path, self.options.max_file_bytes)
         return Plan(target, digest(code_fingerprint(), "file", text), text=text)
@@ -98,7 +100,9 @@ class Renderer:
         if plan.inputs is None:
             where = "stdin" if target.kind == "stdin" else target.path
             text = plan.text or ""
-            documents = load_documents(text, source=where, file=where, keep_text=True)
+            # helm's output lines mean nothing to the user: findings name the chart.
+            file = None if target.kind == "helm" else where
+            documents = load_documents(text, source=where, file=file, keep_text=True)
             return RenderResult(target, documents, plan.key, text)
         cached = self.cache.get("render", plan.key)
         if cached is not None:
