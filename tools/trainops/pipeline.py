@@ -162,7 +162,7 @@ class Validation:
 
         plans = self.renderer.plan(targets)
         own = {Path(p.target.path).resolve(): p for p in plans if p.target.kind == "kustomization"}
-        clusters = [_cluster_dir(plan.target) for plan in plans]
+        clusters = [cluster_dir(plan.target) for plan in plans]
         needed = [
             directory
             for plan, directory in zip(plans, clusters, strict=True)
@@ -369,7 +369,7 @@ def _from_cache(target: Target, data: bytes) -> TargetReport | None:
         return None
 
 
-def _cluster_dir(target: Target) -> Path | None:
+def cluster_dir(target: Target) -> Path | None:
     """The nearest enclosing directory with a cluster.yaml (the cluster overlay)."""
     if target.kind != "kustomization":
         return None

@@ -119,9 +119,14 @@ def affected_targets(changed: tuple[str, ...], config: ProjectConfig, renderer) 
     if not files or not candidates:
         return []
     targets = discover([display_path(root / p) for p in candidates], exclude=_excluded(config))
+    from trainops.pipeline import cluster_dir
+
     affected = []
     for plan in renderer.plan(targets):
-        reads = plan.inputs.files if plan.inputs is not None else {Path(plan.target.path)}
+        reads = set(plan.inputs.files) if plan.inputs is not None else {Path(plan.target.path)}
+        cluster = cluster_dir(plan.target)
+        if cluster is not None:  # its profile decides the target's checks
+            reads.add(cluster / "cluster.yaml")
         if any(path.resolve() in files for path in reads):
             affected.append(plan.target)
     return affected
