@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import venv
@@ -18,10 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import PYTORCHJOB, REPO, Run, write
+from tests.support import PYTORCHJOB, REPO, Run, copy_sources, write
 
-# What the wheel is built from: the files setup.py and pyproject.toml read.
-SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "tools", "policies", "schemas")
 NCCL_LOG = REPO / "tests" / "doctor" / "corpus" / "easyr1-579-no-p2p.txt"
 
 pytestmark = pytest.mark.slow
@@ -29,13 +26,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    source = tmp_path_factory.mktemp("source")
-    for name in SOURCES:
-        if (REPO / name).is_dir():
-            ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
-            shutil.copytree(REPO / name, source / name, ignore=ignore)
-        else:
-            shutil.copy(REPO / name, source / name)
+    source = copy_sources(tmp_path_factory.mktemp("source"))
     dist = tmp_path_factory.mktemp("dist")
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     command = [*pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", dist, source]
