@@ -169,10 +169,18 @@ def test_fingerprints_stay_when_lines_move(trainops, patched: Path):
     assert fingerprints() == before
 
 
-def test_cached_results_keep_their_places_when_the_tree_moves(trainops, patched: Path, tmp_path):
+def test_cached_results_keep_their_places_when_the_tree_moves(
+    trainops, patched: Path, tmp_path: Path, cache_dir: Path
+):
+    def renders() -> set[Path]:
+        return set(cache_dir.rglob("render/*/*"))
+
     first = trainops("validate", "--no-policies", "--format", "json", "overlay", cwd=patched)
+    cached = renders()
+    assert len(cached) == 1
     moved = shutil.copytree(patched, tmp_path / "elsewhere" / "checkout")
     again = trainops("validate", "--no-policies", "--format", "json", "overlay", cwd=moved)
+    assert renders() == cached  # the moved tree's render came from the cache
     assert json.loads(again.out) == json.loads(first.out)
 
 

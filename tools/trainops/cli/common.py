@@ -105,7 +105,8 @@ def _default_paths(config: ProjectConfig) -> tuple[str, ...]:
     root = config.root or here
     found = tuple(display_path(root / p) for p in config.paths if (root / p).exists())
     if not found:
-        raise InputError(f"no paths given and there is no {' or '.join(config.paths)} here")
+        named = " or ".join(f"./{p}" for p in config.paths)
+        raise InputError(f"no paths given and there is no {named} directory")
     return found
 
 
