@@ -244,3 +244,47 @@ def test_each_nccl_variable_and_resource_has_its_own_key():
     assert generated_by(profile, file, 0, gpus) == "gpusPerNode"
     text = (REPO / "overlays" / "prod-roce" / "cluster.yaml").read_text()
     assert key_line(text, "nccl.NCCL_IB_TIMEOUT") == line_of(text, "NCCL_IB_TIMEOUT:")
+
+
+IMAGES_OVERLAY = """\
+resources:
+- ../base
+- service.yaml
+sortOptions:
+  order: fifo
+images:
+- name: nginx
+  newTag: latest
+"""
+SERVICE = """\
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+spec:
+  selector: {app: web}
+  ports:
+  - port: 80
+"""
+
+
+def test_an_images_entry_is_the_place_of_the_tag_it_sets(trainops, patched: Path):
+    write(patched / "images" / "kustomization.yaml", IMAGES_OVERLAY)
+    write(patched / "images" / "service.yaml", SERVICE)
+    run = trainops(
+        "validate", "--format", "json", "--select", "image-pinned", "images", cwd=patched
+    )
+    [finding] = json.loads(run.out)["findings"]
+    assert finding["path"].endswith(".image")
+    assert (finding["file"], finding["line"]) == (
+        "images/kustomization.yaml",
+        line_of(IMAGES_OVERLAY, "newTag: latest"),
+    )
+
+
+def test_the_wrapper_keeps_the_targets_sort_order(trainops, patched: Path):
+    write(patched / "images" / "kustomization.yaml", IMAGES_OVERLAY)
+    write(patched / "images" / "service.yaml", SERVICE)
+    rendered = trainops("render", "--format", "json", "images", cwd=patched)
+    kinds = [record["object"]["kind"] for record in json.loads(rendered.out)]
+    assert kinds == ["Deployment", "Service"]  # fifo; kustomize's legacy order is the reverse

@@ -73,9 +73,9 @@ def build(
         try:
             text = _run(wrapper, shown, allow_network)
         except InputError:
-            # Report the error as a plain build words it, without the wrapper's layer.
-            _run(directory, shown, allow_network)
-            raise
+            # The plain build words its error without the wrapper's layer; should it
+            # succeed, its output stands, with findings placed on the target alone.
+            return _run(directory, shown, allow_network)
         return rewrite_origin_paths(
             text, lambda path: origin_paths(os.path.normpath(wrapper / path))
         )
