@@ -19,6 +19,8 @@ def _rules() -> dict[str, RuleInfo]:
     if config.policy_pack is None:
         raise InputError("no policy pack found (set policies in [tool.trainops])")
     load_pack(config.policy_pack)
+    import trainops.cli.doctor  # noqa: F401 - registers the doctor's findings for `explain`
+
     return catalog()
 
 

@@ -127,7 +127,6 @@ class _ValidateCommand(click.Command):
 )
 @click.option(
     "--select",
-    "select",
     multiple=True,
     metavar="RULE",
     shell_complete=complete_rule_ids,
@@ -136,7 +135,6 @@ class _ValidateCommand(click.Command):
 )
 @click.option(
     "--ignore",
-    "ignore",
     multiple=True,
     metavar="RULE",
     shell_complete=complete_rule_ids,
@@ -150,7 +148,6 @@ class _ValidateCommand(click.Command):
 )
 @click.option(
     "--color",
-    "color",
     type=click.Choice(["auto", "always", "never"]),
     default="auto",
     show_default=True,
@@ -247,7 +244,7 @@ def validate(
     )
     selected, ignored = rule_ids(select), rule_ids(ignore)
     if selected or ignored:
-        check_rule_ids([*selected, *ignored], options.policy_pack)
+        check_rule_ids([*selected, *ignored], config.policy_pack)
     progress = ProgressLine() if ProgressLine.wanted() else None
     try:
         if changed:

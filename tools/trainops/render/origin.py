@@ -43,7 +43,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _NODE_ERRORS = (yaml.YAMLError, ValueError, RecursionError)
 
 
-def strip_origins(documents: Iterable[Document], relative_to: Path | None = None) -> None:
+def strip_origins(documents: Iterable[Document]) -> None:
     """Move kustomize's build annotations from each object onto `Document.origin`."""
     parsed: dict[tuple[str | None, str | None], Origin] = {}
     for doc in documents:
