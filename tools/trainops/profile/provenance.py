@@ -20,9 +20,11 @@ import yaml
 from trainops.profile.model import (
     FABRICS,
     GPUDIRECT,
+    MPI_OPERATORS,
     NETWORKS,
     PLACEMENTS,
     SCHEDULERS,
+    TRAINERS,
     ClusterProfile,
     profile_keys,
 )
@@ -35,6 +37,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "scheduler": SCHEDULERS,
     "gpudirect": GPUDIRECT,
     "placement": PLACEMENTS,
+    "trainer": TRAINERS,
+    "mpiOperator": MPI_OPERATORS,
 }
 _QUANTITY = re.compile(r"^(\d+)(\D*)$")
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
