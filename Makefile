@@ -6,27 +6,38 @@ SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+# Two stamps: `make validate` needs only the toolkit (seconds on a fresh clone);
+# everything else also needs the development tools, the cluster client and the
+# trainer with torch.
+TOOLKIT := $(VENV)/.toolkit-stamp
+DEV := $(VENV)/.dev-stamp
 CRDS ?= ../shared/crds
 MIRROR_CRDS := base/operators/mirror/kubeflow-training-operator-v1.9.0/manifests/base/crds
 
 .PHONY: install validate test test-repeat lint format bench schemas train-local clean
 
-$(STAMP): pyproject.toml trainer/pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' -e ./trainer
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(TOOLKIT): pyproject.toml setup.py | $(BIN)/python
+	$(PIP) -e .
 	@touch $@
 
-install: $(STAMP)
+$(DEV): $(TOOLKIT) trainer/pyproject.toml
+	$(PIP) -e '.[dev]' -e ./trainer
+	@touch $@
 
-validate: $(STAMP)
+install: $(DEV)
+
+validate: $(TOOLKIT)
 	$(BIN)/trainops validate overlays argocd
 
-lint: $(STAMP)
+lint: $(DEV)
 	$(BIN)/ruff check tools trainer/src tests policies
 	$(BIN)/ruff format --check tools trainer/src tests policies
 
-format: $(STAMP)
+format: $(DEV)
 	$(BIN)/ruff format tools trainer/src tests policies
 	$(BIN)/ruff check --fix tools trainer/src tests policies
 
@@ -37,10 +48,10 @@ test: validate lint
 # (pytest-repeat). scripts/test-under-load.sh runs tests while every core is busy.
 COUNT ?= 30
 TESTS ?= tests/trainer/test_failures.py
-test-repeat: $(STAMP)
+test-repeat: $(DEV)
 	$(BIN)/pytest --count=$(COUNT) -x -q $(TESTS)
 
-bench: $(STAMP)
+bench: $(DEV)
 	$(BIN)/python -m tests.bench
 
 # Two CPU ranks with gloo: train, get preempted (SIGTERM at step 35, emergency
@@ -49,14 +60,14 @@ TRAIN_LOCAL := .train-local
 TRAIN_ARGS := --standalone --nproc-per-node=2 --module trainer --model mlp --max-steps 60 \
 	--checkpoint-dir $(TRAIN_LOCAL)/checkpoints --checkpoint-interval 20 --log-interval 10 \
 	--metrics-file $(TRAIN_LOCAL)/metrics.jsonl
-train-local: $(STAMP)
+train-local: $(DEV)
 	rm -rf $(TRAIN_LOCAL)
 	OMP_NUM_THREADS=1 $(BIN)/trainer-launch $(TRAIN_ARGS) --inject-fault sigterm@35 || test $$? -eq 143
 	OMP_NUM_THREADS=1 $(BIN)/trainer-launch $(TRAIN_ARGS)
 	$(BIN)/python -m trainer.inspect $(TRAIN_LOCAL)/checkpoints
 	@echo "metrics: $(TRAIN_LOCAL)/metrics.jsonl, checkpoints: $(TRAIN_LOCAL)/checkpoints"
 
-schemas: $(STAMP)
+schemas: $(DEV)
 	$(BIN)/trainops schemas import $(CRDS)/*.yaml $(MIRROR_CRDS)/*.yaml
 
 clean:

@@ -8,6 +8,30 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = REPO / "base" / "operators" / "mirror"
 CORPUS = REPO / "tests" / "corpus"
+# What a wheel (and the CLI image) is built from: the files setup.py and pyproject.toml read.
+WHEEL_SOURCES = (
+    "pyproject.toml",
+    "setup.py",
+    "MANIFEST.in",
+    "README.md",
+    "tools",
+    "policies",
+    "schemas",
+)
+
+
+def copy_sources(target: Path, names: tuple[str, ...] = WHEEL_SOURCES) -> Path:
+    """A copy of the repository's files `names`, without caches and build metadata."""
+    import shutil
+
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    target.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, target / name, ignore=ignore)
+        else:
+            shutil.copy(REPO / name, target / name)
+    return target
 
 
 @dataclass

@@ -29,6 +29,9 @@ def test_pytorchjob_typo_is_an_unknown_field_with_path_line_and_hint(trainops, t
         "rule": "schema",
         "severity": "error",
         "source": f"{job}:9",
+        "target": str(job),
+        "file": str(job),
+        "line": 9,
         "resource": "PyTorchJob/ml/typo",
         "path": "spec.pytorchReplicaSpecs.Worker.replica",
         "message": 'unknown field "replica"',
@@ -144,7 +147,7 @@ def test_sarif_has_rule_metadata_and_physical_locations(trainops, tmp_path: Path
     [result] = run["results"]
     assert result["ruleId"] == "schema" and result["level"] == "error"
     location = result["locations"][0]["physicalLocation"]
-    assert location == {"artifactLocation": {"uri": job.as_posix()}, "region": {"startLine": 9}}
+    assert location == {"artifactLocation": {"uri": job.as_uri()}, "region": {"startLine": 9}}
     assert run["tool"]["driver"]["rules"][result["ruleIndex"]]["id"] == "schema"
 
 

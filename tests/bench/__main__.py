@@ -10,7 +10,14 @@ import argparse
 import json
 from pathlib import Path
 
-from tests.bench import admission_bench, parse_bench, scale_bench, trainer_bench, validate_bench
+from tests.bench import (
+    admission_bench,
+    parse_bench,
+    scale_bench,
+    startup_bench,
+    trainer_bench,
+    validate_bench,
+)
 
 RESULTS = Path("bench-results")
 
@@ -20,7 +27,16 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=4, help="copies of each cluster overlay")
     parser.add_argument(
         "--only",
-        choices=["validate", "schema", "policies", "admission", "scale", "parse", "trainer"],
+        choices=[
+            "validate",
+            "schema",
+            "policies",
+            "admission",
+            "scale",
+            "parse",
+            "startup",
+            "trainer",
+        ],
         help="run one section",
     )
     parser.add_argument(
@@ -38,6 +54,8 @@ def main() -> None:
         results.update(admission_bench.run())
     if options.only in (None, "parse"):
         results.update(parse_bench.run())
+    if options.only in (None, "startup"):
+        results.update(startup_bench.run())
     if options.only in (None, "trainer"):
         results.update(trainer_bench.run())
     RESULTS.mkdir(exist_ok=True)

@@ -15,9 +15,11 @@ from trainops.errors import InputError
 from trainops.schema.registry import DEFAULT_KUBERNETES_VERSION
 
 DEFAULT_REPO_URL = "https://github.com/example-org/trainops.git"
-# A source checkout keeps the imported CRD schemas and the policy pack next to
-# the package; they are the defaults outside a project with [tool.trainops].
+# Outside a project with [tool.trainops], the imported CRD schemas and the policy
+# pack come from the source checkout next to the package (an editable install),
+# else from the copies an installed wheel carries (see setup.py).
 _CHECKOUT = Path(__file__).resolve().parents[2]
+_BUNDLED = Path(__file__).resolve().parent / "bundled"
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class ProjectConfig:
     kubernetes_version: str
     repo_url: str
     policy_pack: Path | None
+    paths: tuple[str, ...] = ("overlays",)  # what validate and render check by default
 
 
 def find_project_root(start: Path | None = None) -> Path | None:
@@ -43,6 +46,7 @@ def find_project_root(start: Path | None = None) -> Path | None:
 def load_project_config(start: Path | None = None) -> ProjectConfig:
     root = find_project_root(start)
     table: dict[str, object] = {}
+    path = None
     if root is not None:
         path = root / "pyproject.toml"
         try:
@@ -57,11 +61,11 @@ def load_project_config(start: Path | None = None) -> ProjectConfig:
         return (root / str(value)) if (value and root is not None) else None
 
     schema_dir = path_setting("schema-dir", "TRAINOPS_SCHEMA_DIR")
-    if schema_dir is None and (_CHECKOUT / "schemas").is_dir():
-        schema_dir = _CHECKOUT / "schemas"
+    if schema_dir is None:
+        schema_dir = _shipped("schemas", "")
     policy_pack = path_setting("policies", "TRAINOPS_POLICIES")
-    if policy_pack is None and (_CHECKOUT / "policies" / "__init__.py").is_file():
-        policy_pack = _CHECKOUT / "policies"
+    if policy_pack is None:
+        policy_pack = _shipped("policies", "__init__.py")
     version = os.environ.get("TRAINOPS_KUBERNETES_VERSION") or str(
         table.get("kubernetes-version") or DEFAULT_KUBERNETES_VERSION
     )
@@ -72,4 +76,21 @@ def load_project_config(start: Path | None = None) -> ProjectConfig:
         kubernetes_version=version,
         repo_url=str(table.get("repo-url") or DEFAULT_REPO_URL),
         policy_pack=policy_pack,
+        paths=_paths(table.get("paths"), path),
     )
+
+
+def _shipped(name: str, marker: str) -> Path | None:
+    """The checkout's `name` directory, else the installed package's copy."""
+    for root in (_CHECKOUT, _BUNDLED):
+        if (root / name / marker).exists():
+            return root / name
+    return None
+
+
+def _paths(value: object, where: Path | None) -> tuple[str, ...]:
+    if value is None:
+        return ("overlays",)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InputError("[tool.trainops] paths must be a list of directories", str(where))
+    return tuple(value)

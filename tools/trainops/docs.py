@@ -101,7 +101,7 @@ def policy_reference(pack: Path) -> str:
 
 def doctor_findings() -> str:
     """Every finding id `trainops doctor` prints, from the rule catalog."""
-    import trainops.cli  # noqa: F401 - registers the doctor's checks
+    import trainops.cli.doctor  # noqa: F401 - registers the doctor's checks
     from trainops.rules import DOCTOR, catalog
 
     rules = sorted((r for r in catalog().values() if r.category == DOCTOR), key=lambda r: r.id)

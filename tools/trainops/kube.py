@@ -65,7 +65,13 @@ class LiveCluster:
     """The API server of a kubeconfig context (or the in-cluster service account)."""
 
     def __init__(self, context: str | None = None):
-        from kubernetes import client, config
+        try:
+            from kubernetes import client, config
+        except ImportError:
+            raise InputError(
+                "reading a live cluster needs the Kubernetes client: "
+                "pip install 'trainops[cluster]' (or pass --recording FILE)"
+            ) from None
 
         try:
             config.load_kube_config(context=context)

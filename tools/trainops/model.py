@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import PurePath
 from typing import Any
 
 ERROR, WARNING, INFO = "error", "warning", "info"
@@ -19,8 +20,24 @@ SEVERITIES = (ERROR, WARNING, INFO)
 class Target:
     """One thing to render: a kustomization directory, a plain YAML file or stdin."""
 
-    kind: str  # "kustomization" | "file" | "stdin"
+    kind: str  # "kustomization" | "helm" (a chart directory) | "file" | "stdin"
     path: str  # as shown to the user (relative to the working directory when possible)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where kustomize says a rendered object came from (its build annotations).
+
+    Paths are relative to the rendered kustomization's directory. `path` is the
+    file the object was read from (None for generated objects, and for remote
+    resources, which name their `repo`); `transformations` are the kustomization
+    files whose transformers (patches, images...) changed it, in the order applied,
+    with each transformer's kind.
+    """
+
+    path: str | None = None
+    repo: str | None = None
+    transformations: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -38,6 +55,7 @@ class Document:
     file: str | None = None
     line: int | None = None
     text: str | None = field(default=None, repr=False)
+    origin: Origin | None = field(default=None, repr=False)
 
     @cached_property
     def api_version(self) -> str:
@@ -78,7 +96,14 @@ class Document:
 
 @dataclass(frozen=True)
 class Finding:
-    """One problem, in the shape every reporter understands."""
+    """One problem, in the shape every reporter understands.
+
+    `source` is the target (overlay or file) the problem was found in; `file` and
+    `line` the place to fix it: the plain file, or for a rendered object the base,
+    patch or kustomization that produced the field. When that file is generated
+    from a cluster profile, `profile_key` names the cluster.yaml key to change
+    instead, at `profile_file`:`profile_line`.
+    """
 
     rule: str
     severity: str
@@ -89,36 +114,55 @@ class Finding:
     fix: str = ""
     file: str | None = None
     line: int | None = None
+    profile_key: str | None = None
+    profile_file: str | None = None
+    profile_line: int | None = None
 
     @property
     def location(self) -> str:
         if self.file and self.line:
             return f"{self.file}:{self.line}"
-        return self.source
+        return self.file or self.source
+
+    @property
+    def outside_target(self) -> bool:
+        """Whether the file to fix lies outside the target it was rendered for (a base
+        shared by several overlays): reports then say which target it was."""
+        if not self.file or self.file == self.source:
+            return False
+        return not PurePath(self.file).is_relative_to(self.source)
+
+    @property
+    def profile_location(self) -> str:
+        """`cluster.yaml:LINE (key)` when a profile key generated the field, else ''."""
+        if not self.profile_key:
+            return ""
+        where = f"{self.profile_file}:{self.profile_line}" if self.profile_line else "cluster.yaml"
+        return f"{where} ({self.profile_key})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "rule": self.rule,
             "severity": self.severity,
             "source": self.location,
-            "resource": self.resource,
-            "path": self.path,
-            "message": self.message,
-            "fix": self.fix,
-        }
-
-    def to_cache(self) -> dict[str, Any]:
-        return {
-            "rule": self.rule,
-            "severity": self.severity,
-            "source": self.source,
-            "resource": self.resource,
-            "path": self.path,
-            "message": self.message,
-            "fix": self.fix,
+            "target": self.source,
             "file": self.file,
             "line": self.line,
+            "resource": self.resource,
+            "path": self.path,
+            "message": self.message,
+            "fix": self.fix,
         }
+        if self.profile_key:
+            data["profile"] = {
+                "key": self.profile_key,
+                "file": self.profile_file,
+                "line": self.profile_line,
+            }
+        return data
+
+    def to_cache(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     @classmethod
     def from_cache(cls, data: dict[str, Any]) -> Finding:

@@ -31,6 +31,7 @@ from trainops.policy.engine import Context, PolicySettings, evaluate
 from trainops.policy.settings import load_pack, load_settings
 from trainops.render.discover import display_path
 from trainops.render.engine import Plan, Renderer, RenderOptions, RenderResult
+from trainops.render.origin import Placer
 from trainops.report import SKIPPED, Report, ResourceResult, TargetReport
 from trainops.schema.check import check_document
 from trainops.schema.registry import SchemaRegistry, minor_version
@@ -161,7 +162,7 @@ class Validation:
 
         plans = self.renderer.plan(targets)
         own = {Path(p.target.path).resolve(): p for p in plans if p.target.kind == "kustomization"}
-        clusters = [_cluster_dir(plan.target) for plan in plans]
+        clusters = [cluster_dir(plan.target) for plan in plans]
         needed = [
             directory
             for plan, directory in zip(plans, clusters, strict=True)
@@ -281,6 +282,8 @@ class Validation:
                 inputs=result.inputs,
             )
             findings.extend(evaluate(context, self.policy_settings))
+        if result.inputs is not None:  # a kustomize render: the files behind each field
+            findings = Placer(result.inputs.root).place_all(findings, result.documents)
         return TargetReport(result.target, resources, findings)
 
     # -- processes --------------------------------------------------------------------------
@@ -366,7 +369,7 @@ def _from_cache(target: Target, data: bytes) -> TargetReport | None:
         return None
 
 
-def _cluster_dir(target: Target) -> Path | None:
+def cluster_dir(target: Target) -> Path | None:
     """The nearest enclosing directory with a cluster.yaml (the cluster overlay)."""
     if target.kind != "kustomization":
         return None

@@ -49,10 +49,20 @@ class TargetReport:
         )
 
 
+@dataclass(frozen=True)
+class Invocation:
+    """How the run was started, for reports that record it (SARIF)."""
+
+    command_line: str
+    directory: str  # the working directory; report paths are relative to it
+    repo_url: str  # the repository's address, from [tool.trainops]
+
+
 @dataclass
 class Report:
     targets: list[TargetReport] = field(default_factory=list)
     fail_on: str = ERROR  # the lowest severity that makes the exit code 1
+    invocation: Invocation | None = None
 
     @property
     def findings(self) -> list[Finding]:
@@ -95,3 +105,11 @@ def summary_line(report: Report) -> str:
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def keep_rules(report: Report, select: list[str], ignore: list[str]) -> None:
+    """Keep only findings of `select` (when given), minus those of `ignore`."""
+    for target in report.targets:
+        target.findings = [
+            f for f in target.findings if (not select or f.rule in select) and f.rule not in ignore
+        ]

@@ -2,18 +2,45 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
 import click
 
 from trainops import __version__
-from trainops.cli.kubeconform import run_as as kubeconform_as
 from trainops.errors import EXIT_INPUT, InputError
+
+# Each command's module is imported only when that command runs (or for --help), so
+# that `trainops --version` and a validate of one file start fast.
+COMMANDS = {
+    "diff": ("trainops.cli.diff", "diff"),
+    "doctor": ("trainops.cli.doctor", "doctor"),
+    "kubeconform": ("trainops.cli.kubeconform", "kubeconform"),
+    "new-cluster": ("trainops.cli.cluster", "new_cluster"),
+    "new-run": ("trainops.cli.cluster", "new_run"),
+    "plan": ("trainops.cli.plan", "plan"),
+    "policies": ("trainops.cli.policies", "policies"),
+    "preflight": ("trainops.cli.preflight", "preflight"),
+    "render": ("trainops.cli.render", "render"),
+    "schemas": ("trainops.cli.schemas", "schemas"),
+    "set": ("trainops.cli.cluster", "set_profile"),
+    "validate": ("trainops.cli.validate", "validate"),
+}
 
 
 class _Group(click.Group):
-    """Turns InputError into one line on stderr and exit code 2, never a traceback."""
+    """Loads commands on demand; turns InputError into one line on stderr and exit
+    code 2, never a traceback."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attribute = COMMANDS[name]
+        return getattr(importlib.import_module(module), attribute)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -35,40 +62,11 @@ def cli() -> None:
     """
 
 
-def _register() -> None:
-    from trainops.cli import (
-        cluster,
-        diff,
-        doctor,
-        kubeconform,
-        plan,
-        policies,
-        preflight,
-        render,
-        schemas,
-        validate,
-    )
-
-    cli.add_command(render.render)
-    cli.add_command(validate.validate)
-    cli.add_command(schemas.schemas)
-    cli.add_command(kubeconform.kubeconform)
-    cli.add_command(cluster.new_cluster)
-    cli.add_command(cluster.set_profile)
-    cli.add_command(cluster.new_run)
-    cli.add_command(policies.policies)
-    cli.add_command(diff.diff)
-    cli.add_command(doctor.doctor)
-    cli.add_command(preflight.preflight)
-    cli.add_command(plan.plan)
-
-
-_register()
-
-
 def main() -> None:
     if os.path.basename(sys.argv[0]) == "kubeconform":  # linked under kubeconform's name
-        sys.exit(kubeconform_as(sys.argv[1:], sys.argv[0]))
+        from trainops.cli.kubeconform import run_as
+
+        sys.exit(run_as(sys.argv[1:], sys.argv[0]))
     try:
         cli(prog_name="trainops")
     except BrokenPipeError:  # `trainops render | head`

@@ -8,10 +8,20 @@ from pathlib import Path
 
 import click
 
-from trainops.cli.common import project_config
+from trainops.cli.common import complete_clusters, project_config
 from trainops.errors import InputError
 from trainops.profile.edit import parse_assignment
-from trainops.profile.model import FABRICS, FIELD_DOCS, MPI_OPERATORS, SCHEDULERS, TRAINERS
+from trainops.profile.model import (
+    FABRICS,
+    FIELD_DOCS,
+    FIELD_TYPES,
+    MPI_OPERATORS,
+    REQUIRED,
+    SCHEDULERS,
+    TRAINERS,
+    ProfileError,
+    parse_profile,
+)
 from trainops.profile.runs import MPI_IMPLEMENTATIONS, TEMPLATES
 from trainops.profile.writer import (
     FileChange,
@@ -123,14 +133,52 @@ def _values_from_flags(flags: dict) -> dict:
     hca = [device for entry in flags.get("hca") or () for device in entry.split(",") if device]
     if hca:
         values["hca"] = hca
-    for flag in ("fabric", "gpus_per_node", "nodes", "image", "storage_class"):
-        if flags.get(flag) is None:
-            raise InputError(f"--{flag.replace('_', '-')} is required (or give --from FILE)")
+    missing = _missing_keys(values)
+    if missing:
+        named = ", ".join(_flag_name(key) for key in missing)
+        plural = "s" if len(missing) > 1 else ""
+        raise InputError(f"missing required flag{plural}: {named} (or give --from FILE)")
     return dict(sorted(values.items(), key=lambda kv: list(FIELD_DOCS).index(kv[0])))
 
 
+def _missing_keys(values: dict) -> list[str]:
+    """Every required key the flags leave out, at once. Which keys a fabric needs
+    (hca, rdmaResource, nic...) is the profile's own check: it is asked with a stand-in
+    for each key it reports missing until it reports none."""
+    missing = [key for key in REQUIRED if values.get(key) in (None, "")]
+    if "fabric" in missing:
+        return missing  # what else is needed depends on the fabric
+    trial = {**values, **{key: _stand_in(key) for key in missing}}
+    trial["image"] = values.get("image") or "registry.invalid/stand-in:1"
+    for _ in FIELD_TYPES:
+        try:
+            parse_profile(trial, "stand-in")
+        except ProfileError as exc:
+            key, _, problem = exc.message.partition(": ")
+            if not problem.startswith("is required") or key not in FIELD_TYPES or key in trial:
+                break
+            missing.append(key)
+            trial[key] = _stand_in(key)
+        else:
+            break
+    return missing
+
+
+def _stand_in(key: str):
+    kind = FIELD_TYPES[key]
+    kind = kind[0] if isinstance(kind, tuple) else kind
+    return {int: 1, list: ["stand_in"], dict: {}}.get(kind, "stand-in")
+
+
+def _flag_name(key: str) -> str:
+    """The new-cluster flag that sets a profile key (`gpusPerNode` -> --gpus-per-node)."""
+    flag = "".join(f"-{c.lower()}" if c.isupper() else c for c in key)
+    known = {p.name.replace("_", "-") for p in new_cluster.params}
+    return f"--{flag}" if flag in known else f"{key} (in --from FILE)"
+
+
 @click.command("set")
-@click.argument("overlay")
+@click.argument("overlay", shell_complete=complete_clusters)
 @click.argument("assignments", nargs=-1, required=True)
 @click.option("--dry-run", is_flag=True, help="Print the diff, write nothing.")
 def set_profile(overlay, assignments, dry_run):
@@ -182,7 +230,7 @@ def unified_diff(changes: list[FileChange], root: Path) -> str:
 
 
 @click.command("new-run", context_settings={"ignore_unknown_options": True})
-@click.argument("cluster")
+@click.argument("cluster", shell_complete=complete_clusters)
 @click.argument("run")
 @click.option(
     "--template",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from trainops.config import ProjectConfig, load_project_config
 from trainops.errors import InputError
 from trainops.fsutil import write_atomic
 from trainops.model import Target
-from trainops.render.discover import discover
+from trainops.render.discover import discover, display_path
 from trainops.render.engine import Renderer, RenderOptions
 from trainops.yamlio import MAX_FILE_BYTES
 
@@ -87,18 +88,110 @@ def make_renderer(
 
 
 def find_targets(paths: tuple[str, ...], config: ProjectConfig) -> list[Target]:
+    """Targets under PATHS; without PATHS, the current directory when it lies inside
+    the project (an overlay, a run), else the project's default paths."""
     if not paths:
-        if Path(DEFAULT_PATH).is_dir():
-            paths = (DEFAULT_PATH,)
-        elif config.root is not None and (config.root / DEFAULT_PATH).is_dir():
-            paths = (str(config.root / DEFAULT_PATH),)
-        else:
-            raise InputError(f"no paths given and there is no ./{DEFAULT_PATH} directory")
-    exclude = [config.remote_mirror] if config.remote_mirror else []
-    targets = discover(paths, exclude=exclude)
+        paths = _default_paths(config)
+    targets = discover(paths, exclude=_excluded(config))
     if not targets:
         raise InputError(f"nothing to render under {', '.join(paths)}: no kustomization or YAML")
     return targets
+
+
+def _default_paths(config: ProjectConfig) -> tuple[str, ...]:
+    here = Path.cwd().resolve()
+    if config.root is not None and here != config.root and here.is_relative_to(config.root):
+        return (".",)
+    root = config.root or here
+    found = tuple(display_path(root / p) for p in config.paths if (root / p).exists())
+    if not found:
+        named = " or ".join(f"./{p}" for p in config.paths)
+        raise InputError(f"no paths given and there is no {named} directory")
+    return found
+
+
+def affected_targets(changed: tuple[str, ...], config: ProjectConfig, renderer) -> list[Target]:
+    """The targets under the project's paths that read one of the `changed` files
+    (pre-commit passes the files a commit touches; an overlay is checked when its
+    kustomization, patches, profile or bases change)."""
+    files = {Path(path).resolve() for path in changed}
+    root = config.root or Path.cwd()
+    candidates = [p for p in config.paths if (root / p).exists()]
+    if not files or not candidates:
+        return []
+    targets = discover([display_path(root / p) for p in candidates], exclude=_excluded(config))
+    from trainops.pipeline import cluster_dir
+
+    affected = []
+    for plan in renderer.plan(targets):
+        reads = set(plan.inputs.files) if plan.inputs is not None else {Path(plan.target.path)}
+        cluster = cluster_dir(plan.target)
+        if cluster is not None:  # its profile decides the target's checks
+            reads.add(cluster / "cluster.yaml")
+        if any(path.resolve() in files for path in reads):
+            affected.append(plan.target)
+    return affected
+
+
+def _excluded(config: ProjectConfig) -> list[Path]:
+    return [config.remote_mirror] if config.remote_mirror else []
+
+
+def rule_ids(values: tuple[str, ...]) -> list[str]:
+    """Rule ids given as repeated or comma-separated values."""
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+def known_rules(policy_pack: Path | None) -> list[str]:
+    from trainops.rules import DOCTOR, catalog
+    from trainops.schema import check  # noqa: F401 - registers the built-in checks
+
+    if policy_pack is not None:
+        from trainops.policy.settings import load_pack
+
+        load_pack(policy_pack)
+    return sorted(r.id for r in catalog().values() if r.category != DOCTOR)
+
+
+def check_rule_ids(ids: list[str], policy_pack: Path | None) -> None:
+    """Refuse unknown rule ids with the nearest known one."""
+    import difflib
+
+    known = known_rules(policy_pack)
+    for rule in ids:
+        if rule not in known:
+            close = difflib.get_close_matches(rule, known, n=1)
+            hint = f": did you mean '{close[0]}'?" if close else ""
+            raise InputError(f"unknown rule id '{rule}'{hint} (trainops policies list)")
+
+
+def complete_rule_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    """Shell completion: the rule ids of the project's policy pack and built-in checks."""
+    config = load_project_config()
+    head, _, last = incomplete.rpartition(",")
+    prefix = f"{head}," if head else ""
+    return [
+        click.shell_completion.CompletionItem(prefix + rule)
+        for rule in known_rules(config.policy_pack)
+        if rule.startswith(last)
+    ]
+
+
+def complete_clusters(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    """Shell completion: the clusters of the project (overlays/NAME with a cluster.yaml)."""
+    config = load_project_config()
+    overlays = (config.root or Path.cwd()) / DEFAULT_PATH
+    names = sorted(p.parent.name for p in overlays.glob("*/cluster.yaml"))
+    return [click.shell_completion.CompletionItem(n) for n in names if n.startswith(incomplete)]
+
+
+def use_colour(choice: str, output: Path | None) -> bool:
+    """--color: always, never, or (auto) on a terminal unless NO_COLOR is set."""
+    if choice != "auto":
+        return choice == "always"
+    if os.environ.get("NO_COLOR") or output is not None:
+        return False
+    return click.get_text_stream("stdout").isatty()
 
 
 def emit(text: str, output: Path | None) -> None:

@@ -7,7 +7,7 @@ import textwrap
 
 import click
 
-from trainops.cli.common import project_config
+from trainops.cli.common import complete_rule_ids, project_config
 from trainops.errors import InputError
 from trainops.policy.engine import EXEMPT_PREFIX
 from trainops.policy.settings import load_pack
@@ -19,6 +19,8 @@ def _rules() -> dict[str, RuleInfo]:
     if config.policy_pack is None:
         raise InputError("no policy pack found (set policies in [tool.trainops])")
     load_pack(config.policy_pack)
+    import trainops.cli.doctor  # noqa: F401 - registers the doctor's findings for `explain`
+
     return catalog()
 
 
@@ -41,7 +43,7 @@ def list_rules() -> None:
 
 
 @policies.command("explain")
-@click.argument("rule_id")
+@click.argument("rule_id", shell_complete=complete_rule_ids)
 def explain(rule_id: str) -> None:
     """Explain RULE_ID: why it matters, how to fix it, how to exempt a resource."""
     rules = _rules()

@@ -2,21 +2,53 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
 import click
 
-from trainops.cli.common import emit, find_targets, make_renderer, project_config, render_options
+from trainops.cli.common import (
+    affected_targets,
+    check_rule_ids,
+    complete_rule_ids,
+    emit,
+    find_targets,
+    make_renderer,
+    project_config,
+    render_options,
+    rule_ids,
+    use_colour,
+)
+from trainops.errors import InputError
 from trainops.model import ERROR, SEVERITIES
 from trainops.output import FORMATS, reporter
 from trainops.output.progress import ProgressLine
 from trainops.output.text import render as text_report
 from trainops.pipeline import ValidateOptions, Validation
-from trainops.report import summary_line
+from trainops.report import Invocation, keep_rules, summary_line
 from trainops.schema.registry import DEFAULT_KUBERNETES_VERSION, crd_location
 
 
-@click.command()
+class _ValidateCommand(click.Command):
+    """Points the rule flags of other linters (--skip-rule, --disable, --exclude-check,
+    --enable-rule...) at --ignore and --select instead of a look-alike such as --skip."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            name = exc.option_name.lstrip("-")
+            if any(word in name for word in ("skip", "disable", "exclude")) and name != "skip":
+                exc.possibilities = ["--ignore"]
+            elif any(word in name for word in ("enable", "include", "only")):
+                exc.possibilities = ["--select"]
+            elif "rule" in name or "check" in name:
+                exc.possibilities = ["--ignore", "--select"]
+            raise
+
+
+@click.command(cls=_ValidateCommand)
 @click.argument("paths", nargs=-1)
 @render_options
 @click.option(
@@ -26,7 +58,8 @@ from trainops.schema.registry import DEFAULT_KUBERNETES_VERSION, crd_location
     default="text",
     show_default=True,
     help="Report format. json: {summary, findings}; junit: a testsuite per overlay or "
-    "file, a testcase per resource; sarif: SARIF 2.1.0 with rule metadata.",
+    "file, a testcase per resource (also written, with one error case, when the input "
+    "cannot be read); sarif: SARIF 2.1.0 for code scanning; github: workflow annotations.",
 )
 @click.option(
     "-o",
@@ -93,6 +126,34 @@ from trainops.schema.registry import DEFAULT_KUBERNETES_VERSION, crd_location
     help="Lowest severity that makes the exit code 1 (warning: warnings fail the run too).",
 )
 @click.option(
+    "--select",
+    multiple=True,
+    metavar="RULE",
+    shell_complete=complete_rule_ids,
+    help="Report only findings of these rule ids (repeatable or comma-separated; "
+    "`trainops policies list` lists them).",
+)
+@click.option(
+    "--ignore",
+    multiple=True,
+    metavar="RULE",
+    shell_complete=complete_rule_ids,
+    help="Drop findings of these rule ids (repeatable or comma-separated).",
+)
+@click.option(
+    "--changed",
+    is_flag=True,
+    help="PATHS are changed files (as pre-commit passes them): validate the targets under "
+    "the project's paths whose inputs include one of them.",
+)
+@click.option(
+    "--color",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Colour severities in text output; auto: on a terminal unless NO_COLOR is set.",
+)
+@click.option(
     "--show-info",
     "-v",
     "show_info",
@@ -124,10 +185,17 @@ def validate(
     policies,
     policy_config,
     fail_on,
+    select,
+    ignore,
+    changed,
+    color,
     show_info,
     quiet,
 ):
-    """Render PATHS (default: overlays/) and check every resource.
+    """Render PATHS and check every resource.
+
+    Without PATHS: the current directory inside a project, the project's paths
+    (`paths` in [tool.trainops], default overlays/) at its root.
 
     Each kustomization is built with real kustomize and each document checked
     against the strict schema of its kind: core kinds against the Kubernetes
@@ -140,9 +208,13 @@ def validate(
     templates inside a cluster overlay are checked together with that cluster's
     platform (its networks, volumes and queues).
 
+    Every finding names the file and line to fix: the plain file, or for a
+    rendered object the base, patch or kustomization that wrote the field, and
+    for a file generated from a cluster profile the cluster.yaml key as well.
     Text output lists errors and warnings with their fixes and ends with one
     summary line counting every severity; --show-info adds the info findings,
-    --quiet keeps only the summary. JSON, JUnit and SARIF carry every finding.
+    --quiet keeps only the summary. JSON, JUnit, SARIF and GitHub annotations
+    carry every finding. --select and --ignore keep or drop rule ids.
     On a terminal, a run longer than two seconds shows a progress line on stderr.
 
     Exit codes: 0 clean (warnings allowed unless --fail-on warning), 1 findings
@@ -170,15 +242,34 @@ def validate(
         if policies and config.policy_pack
         else None,
     )
+    selected, ignored = rule_ids(select), rule_ids(ignore)
+    if selected or ignored:
+        check_rule_ids([*selected, *ignored], config.policy_pack)
     progress = ProgressLine() if ProgressLine.wanted() else None
     try:
-        report = Validation(renderer, options, cache).run(find_targets(paths, config), progress)
+        if changed:
+            targets = affected_targets(paths, config, renderer)
+        else:
+            targets = find_targets(paths, config)
+        report = Validation(renderer, options, cache).run(targets, progress)
+    except InputError as error:
+        if fmt == "junit":  # CI viewers still get a report naming the problem
+            from trainops.output.junit import render_error
+
+            emit(render_error(error), output)
+        raise
     finally:
         if progress is not None:
             progress.close()
+    keep_rules(report, selected, ignored)
     report.fail_on = fail_on
+    report.invocation = Invocation(
+        command_line=shlex.join(["trainops", *sys.argv[1:]]),
+        directory=str(Path.cwd()),
+        repo_url=config.repo_url,
+    )
     if fmt == "text":
-        colour = output is None and click.get_text_stream("stdout").isatty()
+        colour = use_colour(color, output)
         text = text_report(report, colour=colour, show_info=show_info, quiet=quiet)
     else:
         text = reporter(fmt)(report)

@@ -25,7 +25,8 @@ from typing import Any
 
 import jsonschema_rs
 
-from trainops.schema.registry import bundled_schema_root, bundled_versions
+from trainops.schema import bundle
+from trainops.schema.registry import bundled_versions
 
 DEFAULT_URL = (
     "https://raw.githubusercontent.com/yannh/kubernetes-json-schema/master/"
@@ -112,13 +113,11 @@ class Registry:
         return _FIELD.sub(lambda match: values[match.group(1)], template)
 
     def _bundled(self, api_version: str, kind: str, url: str) -> Schema | None:
-        suffix = "-strict" if self.strict else ""
-        folder = bundled_schema_root() / f"v{self.bundled_version}.0-local{suffix}"
-        local = folder / url.rsplit("/", 1)[-1]
-        if not local.is_file():
+        schemas = bundle.load(self.bundled_version, self.strict)
+        schema = schemas.get(url.rsplit("/", 1)[-1])
+        if schema is None:
             return None
-        schema = json.loads(local.read_bytes())
-        definitions = json.loads((folder / "_definitions.json").read_bytes())
+        definitions = schemas["_definitions.json"]
         if self.cache is not None:
             self._store(url, json.dumps(_self_contained(schema, definitions)).encode())
         registry = jsonschema_rs.Registry([(_BUNDLED_DEFINITIONS, definitions)])

@@ -1,4 +1,5 @@
-"""Reporters: turn a validation Report into text, JSON, JUnit XML or SARIF."""
+"""Reporters: turn a validation Report into text, JSON, JUnit XML, SARIF or GitHub
+workflow annotations."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Callable
 
 from trainops.report import Report
 
-FORMATS = ("text", "json", "junit", "sarif")
+FORMATS = ("text", "json", "junit", "sarif", "github")
 
 
 def reporter(name: str) -> Callable[[Report], str]:
@@ -18,6 +19,8 @@ def reporter(name: str) -> Callable[[Report], str]:
         from trainops.output.junit import render
     elif name == "sarif":
         from trainops.output.sarif import render
+    elif name == "github":
+        from trainops.output.github import render
     else:
         raise ValueError(f"unknown format {name}")
     return render

@@ -11,6 +11,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
+from trainops.errors import InputError
 from trainops.model import Finding
 from trainops.report import SKIPPED, Report
 
@@ -66,3 +67,16 @@ def _line(finding: Finding) -> str:
     where = f"{finding.location} {finding.path}".strip()
     fix = f" (fix: {finding.fix})" if finding.fix else ""
     return f"{finding.severity} [{finding.rule}] {where}: {finding.message}{fix}"
+
+
+def render_error(error: InputError) -> str:
+    """The report of a run whose input could not be read: one suite, one error case."""
+    root = ET.Element("testsuites", name="trainops validate", tests="1", failures="0")
+    root.set("errors", "1")
+    suite = ET.SubElement(root, "testsuite", name=error.file or "input", tests="1")
+    suite.set("failures", "0")
+    suite.set("errors", "1")
+    case = ET.SubElement(suite, "testcase", name="(input)", classname="input")
+    ET.SubElement(case, "error", message=error.message, type="unreadable-input").text = str(error)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -10,21 +10,26 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
+from typing import TextIO
 
 DELAY_S = 2.0
+_ERASE = "\033[K"
 
 
 class ProgressLine:
-    """`start(total)` once, then `advance(count)` as targets finish; `close()` at the end."""
+    """`start(total)` once, then `advance(count)` as targets finish; `close()` at the end.
 
-    def __init__(self, label: str = "validating"):
+    One line rewritten in place (carriage return, then erase to the end of the line),
+    which every terminal understands; no dependency for a bar.
+    """
+
+    def __init__(self, label: str = "validating", stream: TextIO | None = None):
         self.label = label
         self.total = 0
         self.done = 0
         self._since = time.monotonic()
-        self._bar: Any = None
-        self._task: Any = None
+        self._stream = stream or sys.stderr
+        self._shown = False
 
     @staticmethod
     def wanted() -> bool:
@@ -35,23 +40,12 @@ class ProgressLine:
 
     def advance(self, count: int) -> None:
         self.done += count
-        if self._bar is None and time.monotonic() - self._since >= DELAY_S:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-            self._bar = Progress(
-                TextColumn(self.label),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("targets"),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            self._bar.start()
-            self._task = self._bar.add_task(self.label, total=self.total)
-        if self._bar is not None:
-            self._bar.update(self._task, completed=self.done)
+        if self._shown or time.monotonic() - self._since >= DELAY_S:
+            self._shown = True
+            self._stream.write(f"\r{_ERASE}{self.label} {self.done}/{self.total} targets")
+            self._stream.flush()
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
+        if self._shown:
+            self._stream.write(f"\r{_ERASE}")
+            self._stream.flush()

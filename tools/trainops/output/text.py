@@ -27,7 +27,12 @@ def render(
             severity = click.style(severity, fg=_COLOURS.get(severity, "cyan"), bold=True)
         subject = " ".join(part for part in (finding.resource, finding.path) if part)
         subject = f"{subject}: " if subject else ""
-        lines.append(f"{finding.location}: {severity}: {subject}{finding.message} [{finding.rule}]")
+        via = f" (via {finding.source})" if finding.outside_target else ""
+        lines.append(
+            f"{finding.location}: {severity}: {subject}{finding.message} [{finding.rule}]{via}"
+        )
+        if finding.profile_key:
+            lines.append(f"    generated from: {finding.profile_location}")
         if finding.fix:
             lines.append(f"    fix: {finding.fix}")
     hidden = report.count(INFO) if not show_info and not quiet else 0

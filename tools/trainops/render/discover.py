@@ -4,7 +4,8 @@ A directory holding a kustomization is one target (components are skipped:
 they only make sense inside another kustomization). YAML and JSON files that
 are not part of any kustomization are targets of their own. Files inside a
 kustomization's directory tree are its inputs (patches, profiles), never
-targets, but nested kustomizations (an overlay's `runs/`) are.
+targets, but nested kustomizations (an overlay's `runs/`) are. A directory
+holding a Chart.yaml is a Helm chart: one target, rendered by helm.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from trainops.model import Target
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 _SKIPPED_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__"}
+CHART_FILE = "Chart.yaml"
 _COMPONENT = re.compile(r"^kind:\s*['\"]?Component['\"]?\s*$", re.MULTILINE)
 
 
@@ -88,6 +90,10 @@ def _walk(top: Path, excluded: list[Path]) -> Iterable[tuple[str, Path]]:
             and not d.startswith(".")
             and (root_path / d).resolve() not in excluded
         )
+        if (root_path / CHART_FILE).is_file():  # a Helm chart: rendered whole by helm
+            dirs[:] = []
+            yield "helm", root_path
+            continue
         parent_inside = inside_kustomization.get(str(root_path.parent), False)
         kustomization = kustomization_file(root_path)
         inside_kustomization[root] = parent_inside or kustomization is not None

@@ -21,9 +21,10 @@ from pathlib import Path
 from trainops.cache import Cache, FileHasher, code_fingerprint, digest
 from trainops.errors import InputError
 from trainops.model import WARNING, Document, Finding, Target
-from trainops.render import kustomize
+from trainops.render import helm, kustomize
 from trainops.render.discover import display_path
 from trainops.render.inputs import InputGraph, RemoteUse, collect_inputs
+from trainops.render.origin import strip_origins
 from trainops.yamlio import (
     MAX_FILE_BYTES,
     decode,
@@ -88,6 +89,8 @@ class Renderer:
             return Plan(target, self._key(graph), inputs=graph)
         if target.kind == "stdin":
             text = stdin_text or ""
+        elif target.kind == "helm":
+            text = helm.template(Path(target.path), target.path)
         else:
             text = read_text(target.path, self.options.max_file_bytes)
         return Plan(target, digest(code_fingerprint(), "file", text), text=text)
@@ -97,7 +100,9 @@ class Renderer:
         if plan.inputs is None:
             where = "stdin" if target.kind == "stdin" else target.path
             text = plan.text or ""
-            documents = load_documents(text, source=where, file=where, keep_text=True)
+            # helm's output lines mean nothing to the user: findings name the chart.
+            file = None if target.kind == "helm" else where
+            documents = load_documents(text, source=where, file=file, keep_text=True)
             return RenderResult(target, documents, plan.key, text)
         cached = self.cache.get("render", plan.key)
         if cached is not None:
@@ -109,6 +114,7 @@ class Renderer:
             entry = {"text": text, "findings": [f.to_cache() for f in findings]}
             self.cache.put("render", plan.key, json.dumps(entry).encode())
         documents = load_documents(text, source=target.path, keep_text=True)
+        strip_origins(documents)
         return RenderResult(target, documents, plan.key, text, findings, plan.inputs)
 
     def _key(self, graph: InputGraph) -> str:
@@ -121,7 +127,10 @@ class Renderer:
 
     def _build(self, graph: InputGraph, shown: str) -> tuple[str, list[Finding]]:
         if not graph.remotes or self.options.allow_network:
-            return kustomize.build(graph.root, shown, self.options.allow_network), []
+            text = kustomize.build(
+                graph.root, shown, self.options.allow_network, _relative_to(graph.root)
+            )
+            return text, []
         missing = [use for use in graph.remotes if use.local is None]
         findings = [self._missing_remote(use, shown) for use in missing]
         try:
@@ -196,11 +205,24 @@ class Renderer:
                         shutil.copyfile(use.local, staged.parent / copy_name)
                         entries[use.index] = copy_name
                 staged.write_text(json.dumps(spec, indent=1))
+
+            def origin_path(path: str) -> str:
+                if Path(path).is_relative_to(stage):
+                    path = str(root / Path(path).relative_to(stage))
+                return os.path.relpath(path, graph.root)
+
             try:
-                return kustomize.build(stage / graph.root.relative_to(root), shown)
+                return kustomize.build(
+                    stage / graph.root.relative_to(root), shown, origin_paths=origin_path
+                )
             except InputError as exc:
                 exc.message = exc.message.replace(str(stage), str(root))
                 raise
+
+
+def _relative_to(root: Path):
+    """Origin paths relative to the rendered kustomization, as the cache keeps them."""
+    return lambda path: os.path.relpath(path, root)
 
 
 def run_parallel(function, items, jobs):

@@ -1,4 +1,11 @@
-"""Runs the real kustomize: `kustomize build` if installed, else `kubectl kustomize`."""
+"""Runs the real kustomize: `kustomize build` if installed, else `kubectl kustomize`.
+
+A build can record where each object came from: the target is then built
+through a one-line wrapper kustomization in a temporary directory that asks for
+kustomize's origin and transformer annotations (`buildMetadata`), so the user's
+files are never edited. The annotations' paths, relative to the wrapper, are
+rewritten by the caller's function before anything else sees them.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +15,13 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from trainops.errors import InputError, ToolMissing
+from trainops.render.discover import kustomization_file
+from trainops.yamlio import load_yaml_mapping
 
 BUILD_TIMEOUT_SECONDS = 600
 _KLOG_ERR = re.compile(r'err="((?:[^"\\]|\\.)*)"')
@@ -36,8 +47,71 @@ def tool_fingerprint() -> str:
     return f"{binary}:{stat.st_size}:{stat.st_mtime_ns}"
 
 
-def build(directory: Path, shown: str, allow_network: bool = False) -> str:
-    """Render one kustomization directory and return its YAML stream."""
+def build(
+    directory: Path,
+    shown: str,
+    allow_network: bool = False,
+    origin_paths: Callable[[str], str] | None = None,
+) -> str:
+    """Render one kustomization directory and return its YAML stream.
+
+    With `origin_paths`, every object carries kustomize's origin and transformer
+    annotations, their local paths passed through `origin_paths` as absolute paths.
+    """
+    if origin_paths is None:
+        return _run(directory, shown, allow_network)
+    with tempfile.TemporaryDirectory(prefix="trainops-origin-") as tmp:
+        wrapper = Path(tmp)
+        spec: dict = {
+            "resources": [os.path.relpath(directory, wrapper)],
+            "buildMetadata": ["originAnnotations", "transformerAnnotations"],
+        }
+        # kustomize honours sortOptions only in the kustomization it builds.
+        if (sort := _sort_options(directory)) is not None:
+            spec["sortOptions"] = sort
+        (wrapper / "kustomization.yaml").write_text(json.dumps(spec))
+        try:
+            text = _run(wrapper, shown, allow_network)
+        except InputError:
+            # The plain build words its error without the wrapper's layer; should it
+            # succeed, its output stands, with findings placed on the target alone.
+            return _run(directory, shown, allow_network)
+        return rewrite_origin_paths(
+            text, lambda path: origin_paths(os.path.normpath(wrapper / path))
+        )
+
+
+# Top-level metadata annotations, which kustomize writes at an indent of four spaces.
+_ANNOTATION_BLOCK = re.compile(
+    r"^    (?:alpha\.)?config\.kubernetes\.io/(?:origin|transformations): \|-?\n"
+    r"(?:      .*\n)+",
+    re.MULTILINE,
+)
+_LOCAL_PATH = re.compile(r"^(?P<lead> +(?:- )?(?:path|configuredIn): )(?P<path>\.\./.*)$", re.M)
+
+
+def rewrite_origin_paths(text: str, function: Callable[[str], str]) -> str:
+    """Apply `function` to each local path in the origin and transformer annotations."""
+
+    def block(match: re.Match[str]) -> str:
+        return _LOCAL_PATH.sub(
+            lambda m: m.group("lead") + function(m.group("path")), match.group(0)
+        )
+
+    return _ANNOTATION_BLOCK.sub(block, text)
+
+
+def _sort_options(directory: Path) -> object | None:
+    kfile = kustomization_file(directory)
+    if kfile is None:
+        return None
+    try:
+        return load_yaml_mapping(kfile.read_text(errors="replace"), str(kfile)).get("sortOptions")
+    except InputError:
+        return None  # kustomize itself reports the broken file
+
+
+def _run(directory: Path, shown: str, allow_network: bool) -> str:
     command = [*kustomize_command(), str(directory)]
     env = dict(os.environ)
     # kustomize is a short-lived Go process whose builds here are dominated by

@@ -5,8 +5,9 @@ both engines: a location ending in `.json` is a template using
 `{{.NormalizedKubernetesVersion}}`, `{{.StrictSuffix}}`, `{{.ResourceKind}}`,
 `{{.ResourceAPIVersion}}`, `{{.Group}}` and `{{.KindSuffix}}`; any other
 location is a directory or URL laid out like kubernetes-json-schema. The
-location `default` means the core Kubernetes schemas bundled with the
-`kubernetes-validate` package, read offline, for the chosen minor version.
+location `default` means the core Kubernetes schemas shipped with trainops
+(trainops.schema.bundle, from kubernetes-validate), read offline, for the chosen
+minor version.
 Locations are tried in order; the first schema found wins.
 
 A CRD schema found in a local directory may have a sidecar of CEL rules next
@@ -18,35 +19,30 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.request
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema_rs
 
-from trainops.admission.cel import RuleSet
 from trainops.errors import InputError
+from trainops.schema import bundle
+
+if TYPE_CHECKING:  # compiled CEL is loaded only for kinds that have rules
+    from trainops.admission.cel import RuleSet
 
 DEFAULT_KUBERNETES_VERSION = "1.35"
 CRD_SCHEMA_TEMPLATE = "{{.Group}}/{{.ResourceKind}}_{{.ResourceAPIVersion}}{{.StrictSuffix}}.json"
+_CORE = "default:"  # where bundled core schemas are looked up (trainops.schema.bundle)
 _CORE_DEFINITIONS_URI = "https://kubernetes.io/api/_definitions.json"
 _OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 _TEMPLATE_VAR = re.compile(r"\{\{\s*\.(\w+)\s*\}\}")
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(\.\d+)?$")
 
 
-def bundled_schema_root() -> Path:
-    import kubernetes_validate
-
-    return Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
-
-
 def bundled_versions() -> list[str]:
-    names = (p.name for p in bundled_schema_root().iterdir() if p.name.endswith("-local"))
-    versions = [n.removeprefix("v").removesuffix(".0-local") for n in names]
-    return sorted(versions, key=lambda v: tuple(int(x) for x in v.split(".")))
+    return bundle.versions()
 
 
 def minor_version(version: str) -> str:
@@ -80,14 +76,9 @@ class SchemaRegistry:
                 f"choose one of {available[0]}..{available[-1]}"
             )
 
-    @property
-    def bundled_dir(self) -> Path:
-        suffix = "-strict" if self.strict else ""
-        return bundled_schema_root() / f"v{self.version}.0-local{suffix}"
-
     @cached_property
     def core_definitions(self) -> dict[str, Any]:
-        return json.loads((self.bundled_dir / "_definitions.json").read_bytes())
+        return bundle.load(self.version, self.strict)["_definitions.json"]
 
     @cached_property
     def _core_registry(self) -> Any:
@@ -112,6 +103,8 @@ class SchemaRegistry:
             compiled = self.lookup(api_version, kind)
             found = None
             if compiled is not None and not compiled.core and "://" not in compiled.location:
+                from trainops.admission.cel import RuleSet
+
                 try:
                     found = RuleSet.load(Path(validations_path(compiled.location)))
                 except (OSError, ValueError) as exc:
@@ -126,7 +119,10 @@ class SchemaRegistry:
             core = location == "default"
             template = self._template(location)
             path = render_template(template, api_version, kind, self.version, self.strict)
-            schema = self._load(path)
+            if core:
+                schema = bundle.load(self.version, self.strict).get(path.removeprefix(_CORE))
+            else:
+                schema = self._load(path)
             if schema is None:
                 continue
             try:
@@ -144,7 +140,7 @@ class SchemaRegistry:
 
     def _template(self, location: str) -> str:
         if location == "default":
-            return str(self.bundled_dir / "{{.ResourceKind}}{{.KindSuffix}}.json")
+            return _CORE + "{{.ResourceKind}}{{.KindSuffix}}.json"
         if location.endswith(".json"):
             return location
         return location.rstrip("/") + (
@@ -157,6 +153,8 @@ class SchemaRegistry:
             return self._fetched[path]
         schema = None
         if path.startswith(("http://", "https://")):
+            import urllib.request
+
             try:
                 with urllib.request.urlopen(path, timeout=15) as response:
                     schema = json.loads(response.read())
