@@ -1,0 +1,1 @@
+"""Blind set of good/bad training-manifest pairs, written without reading the policy pack."""
