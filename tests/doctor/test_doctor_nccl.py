@@ -117,18 +117,34 @@ def test_missing_ranks_and_stragglers(trainops, tmp_path):
     assert found["init-straggler"]["ranks"] == [5]
 
 
-def test_overlay_expectations_name_the_profile_key(trainops, tmp_path):
+SHARED_ROCE = """\
+fabric: roce
+network: host-device
+nic: ens1f0
+hca: [mlx5_0, mlx5_1]
+gidIndex: 3
+rdmaResource: rdma/rdma_shared_device_a
+gpusPerNode: 8
+nodes: 4
+storageClass: cephfs
+scheduler: default
+gpuProduct: NVIDIA-H100-80GB-HBM3
+image: ghcr.io/example-org/trainops-trainer:0.1.0
+"""
+
+
+def test_overlay_expectations_name_the_profile_key(trainops, workspace, tmp_path):
+    profile = tmp_path / "shared-roce.yaml"
+    profile.write_text(SHARED_ROCE)
+    made = trainops("new-cluster", "shared-roce", "--from", str(profile), cwd=workspace)
+    assert made.code == 0, made.err
     ranks = job(hca=("mlx5_0", "mlx5_10"))
     ranks[2].transport = "Socket"
-    code, report = doctor(
-        trainops, str(write_per_pod(tmp_path, ranks)), "--overlay", "overlays/prod-roce"
-    )
+    overlay = str(workspace / "overlays/shared-roce")
+    code, report = doctor(trainops, str(write_per_pod(tmp_path, ranks)), "--overlay", overlay)
     assert code == 1
     found = rules(report)
-    assert (
-        "`rdmaResource` (now nvidia.com/roce_vf) in overlays/prod-roce/cluster.yaml"
-        in found["socket-fallback"]["fix"]
-    )
+    assert "`rdmaResource` (now rdma/rdma_shared_device_a)" in found["socket-fallback"]["fix"]
     hca = found["hca-outside-profile"]
     assert "uses mlx5_10, which is not among mlx5_0, mlx5_1" in hca["message"]
     assert "`hca`" in hca["fix"]
