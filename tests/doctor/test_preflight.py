@@ -12,8 +12,8 @@ import pytest
 from trainops.kube import RECORDING_KIND, request_key
 
 OVERLAY = "overlays/prod-roce"
+# The CRDs the overlay installs (the GPU Operator's chart brings ClusterPolicy's own).
 CRDS = [
-    "clusterpolicies.nvidia.com",
     "clusterqueues.kueue.x-k8s.io",
     "jaxjobs.kubeflow.org",
     "localqueues.kueue.x-k8s.io",
@@ -67,7 +67,7 @@ def healthy(nad_config) -> dict:
     responses = {
         **{
             f"/api/v1/namespaces/{ns}": {"metadata": {"name": ns}}
-            for ns in ("kube-system", "kubeflow", "training")
+            for ns in ("kube-system", "kubeflow", "mpi-operator", "training")
         },
         "/apis/apps/v1/daemonsets": {
             "items": [
@@ -132,7 +132,7 @@ def test_preflight_fails_on_a_recorded_cluster_that_does_not(trainops, tmp_path,
     assert checks["gpu-operator"] == ("fail", "ClusterPolicy cluster-policy: notReady")
     status, detail = checks["nodes"]
     assert status == "warn" and detail.startswith("1 of 3 nodes")
-    assert "gpu-1 (nvidia.com/roce_vf 0/1)" in detail and "gpu-2 (cordoned)" in detail
+    assert "gpu-1 (nvidia.com/roce_vf 0/2)" in detail and "gpu-2 (cordoned)" in detail
 
 
 def test_preflight_warns_when_the_network_differs_from_git(trainops, tmp_path, healthy):
@@ -149,7 +149,7 @@ def test_emit_job_prints_a_preflight_job_without_sync_hooks(trainops):
     assert run.code == 0, run.err
     assert "name: pf-drill" in run.out and "trainer.preflight" in run.out
     assert "argocd.argoproj.io/hook" not in run.out
-    assert "NCCL_IB_HCA" in run.out  # the cluster's fabric settings come along
+    assert "NCCL_IB_TIMEOUT" in run.out  # the cluster's fabric settings come along
 
 
 def test_preflight_needs_a_cluster_overlay(trainops):
