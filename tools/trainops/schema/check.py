@@ -42,8 +42,8 @@ def violations(doc: Document, registry: SchemaRegistry) -> list[Violation] | Non
         if not compiled.core:
             # The API server prunes null fields of a custom resource before validating
             # it (nullable ones excepted, which the schema already allows): a `command:`
-            # left empty is accepted, not an error.
-            obj = _without_nulls(obj)
+            # left empty is accepted, not an error. Mutating webhooks fill in defaults.
+            obj = as_applied(doc).obj
         if compiled.core or not compiled.validator.is_valid(obj):
             roots = (compiled.schema, compiled.definitions)
             found.extend(_describe(obj, roots, compiled.validator, ()))
@@ -189,12 +189,14 @@ def _allowed_properties(roots: tuple[Any, ...], schema_path: list[Any]) -> list[
 
 
 def as_applied(doc: Document) -> Document:
-    """The object the API server and its webhooks work on: null fields dropped (a custom
-    resource's are pruned; a built-in kind decodes them as unset). `doc` itself when it
-    has none, which is the common case."""
-    if not _has_null(doc.obj):
+    """The object the API server validates: null fields dropped (a custom resource's are
+    pruned; a built-in kind decodes them as unset), then the defaults operators' mutating
+    webhooks set. `doc` itself when neither changes it, which is the common case."""
+    obj = _without_nulls(doc.obj) if _has_null(doc.obj) else doc.obj
+    obj = admission.defaulted(obj)
+    if obj is doc.obj:
         return doc
-    return Document(_without_nulls(doc.obj), doc.source, doc.file, doc.line, doc.text)
+    return Document(obj, doc.source, doc.file, doc.line, doc.text)
 
 
 def _has_null(value: Any) -> bool:
