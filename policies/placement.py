@@ -3,16 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from fractions import Fraction
+from typing import Any
 
+from trainops.admission import quantity
 from trainops.model import ERROR, INFO, WARNING, Document
 from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
-from trainops.policy.pods import REPLICA_FIELDS, PodTemplate
+from trainops.policy.pods import REPLICA_FIELDS, PodTemplate, dicts, is_int, mapping, resources
 
-from . import common
+from . import commandline, common
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+# Workload kinds Kueue (or Volcano) queues by a label or field on the workload itself.
+QUEUED_KINDS = (
+    *REPLICA_FIELDS,
+    "Job",
+    "JobSet",
+    "LeaderWorkerSet",
+    "Deployment",
+    "StatefulSet",
+    "Pod",
+    "TrainJob",
+    "ClusterTrainingRuntime",
+    "TrainingRuntime",
+)
+# Resources every ClusterQueue implicitly accepts without covering them.
+KUEUE_IMPLICIT = frozenset({"pods"})
 
 
 def _selects_gpu_nodes(pod: PodTemplate) -> bool:
@@ -110,9 +128,14 @@ def placement_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
         yield Violation("no topology spread or pod affinity for the job's pods", pod.path)
 
 
-def _total_pods(doc: Document) -> int:
-    specs = (doc.obj.get("spec") or {}).get(REPLICA_FIELDS.get(doc.kind, "")) or {}
-    return sum(int(r.get("replicas", 1)) for r in specs.values() if isinstance(r, dict))
+def _total_pods(doc: Document, ctx: Context) -> int | None:
+    """Pods the job runs (None when a replica count is not a number: the schema reports it)."""
+    total = 0
+    for pod in ctx.pods(doc):
+        if pod.replicas is None:
+            return None
+        total += pod.replicas
+    return total
 
 
 @resource_rule(
@@ -121,21 +144,44 @@ def _total_pods(doc: Document) -> int:
     title="Gang scheduling waits for every pod of the job",
     why="minAvailable below the number of pods lets the scheduler start part of a job whose "
     "ranks all have to be there: the placed pods hold GPUs and wait for the rest. Above it, "
-    "the job never starts.",
-    fix="Set runPolicy.schedulingPolicy.minAvailable to the sum of all replicas.",
-    kinds=tuple(REPLICA_FIELDS),
+    "the job never starts (Volcano's webhook refuses it).",
+    fix="Set runPolicy.schedulingPolicy.minAvailable (a Volcano Job's spec.minAvailable) to "
+    "the number of pods the job runs.",
+    kinds=(*REPLICA_FIELDS, "Job"),
 )
 def gang_min_available(doc: Document, ctx: Context) -> Iterator[Violation]:
-    policy = (((doc.obj.get("spec") or {}).get("runPolicy") or {}).get("schedulingPolicy")) or {}
-    wanted = policy.get("minAvailable")
-    if wanted is None:
+    spec = mapping(doc.obj.get("spec"))
+    if doc.kind == "Job":
+        if not doc.api_version.startswith("batch.volcano.sh/"):
+            return
+        wanted, at = spec.get("minAvailable"), ("spec", "minAvailable")
+    else:
+        policy = mapping(mapping(spec.get("runPolicy")).get("schedulingPolicy"))
+        wanted, at = policy.get("minAvailable"), ("spec", "runPolicy", "schedulingPolicy")
+        at = (*at, "minAvailable")
+    total = _total_pods(doc, ctx)
+    if not is_int(wanted) or total is None or wanted == total:
         return
-    total = _total_pods(doc)
-    if wanted != total:
+    if wanted > total:
+        yield Violation(f"minAvailable is {wanted} but the job has only {total} pods", at)
+    elif doc.kind != "Job" or _all_ranks(doc, ctx):
         yield Violation(
-            f"minAvailable is {wanted} but the job has {total} pods",
-            ("spec", "runPolicy", "schedulingPolicy", "minAvailable"),
+            f"minAvailable is {wanted} but the job has {total} pods that all have to run",
+            at,
+            severity=ERROR if doc.kind != "Job" else WARNING,
         )
+
+
+def _all_ranks(doc: Document, ctx: Context) -> bool:
+    """Every pod of the job is a rank of one distributed launch (torchrun, mpirun...)."""
+    return any(
+        commandline.runs(c, commandline.LAUNCHERS) for p in ctx.pods(doc) for c in p.containers
+    )
+
+
+def queue_label(doc: Document) -> str | None:
+    value = mapping(doc.metadata.get("labels")).get(KUEUE_LABEL)
+    return str(value) if value else None
 
 
 @resource_rule(
@@ -145,29 +191,109 @@ def gang_min_available(doc: Document, ctx: Context) -> Iterator[Violation]:
     why="Kueue leaves a job whose LocalQueue does not exist suspended forever; Volcano rejects "
     "a PodGroup for a missing queue. Either way nothing starts and nothing fails.",
     fix="Create the LocalQueue (Kueue) or Queue (Volcano), or correct the name.",
-    kinds=(*REPLICA_FIELDS, "TrainJob", "ClusterTrainingRuntime", "TrainingRuntime"),
+    kinds=QUEUED_KINDS,
 )
 def queue_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
     # Only where the queues would be visible: a cluster render, or one that defines queues.
-    queue = (doc.metadata.get("labels") or {}).get(KUEUE_LABEL)
+    queue = queue_label(doc)
     kueue_visible = ctx.has_platform or bool(ctx.of_kind("LocalQueue"))
-    if (
-        queue
-        and kueue_visible
-        and ctx.find("LocalQueue", str(queue), doc.namespace or None) is None
-    ):
+    if queue and kueue_visible and ctx.find("LocalQueue", queue, doc.namespace or None) is None:
         yield Violation(
             f"no LocalQueue {queue!r} in namespace {doc.namespace or 'default'}",
             ("metadata", "labels", KUEUE_LABEL),
         )
-    spec = doc.obj.get("spec") or {}
-    path = ("spec", "runPolicy", "schedulingPolicy", "queue")
-    volcano = ((spec.get("runPolicy") or {}).get("schedulingPolicy") or {}).get("queue")
-    if doc.kind in ("ClusterTrainingRuntime", "TrainingRuntime"):
+    spec = mapping(doc.obj.get("spec"))
+    policy = mapping(mapping(spec.get("runPolicy")).get("schedulingPolicy"))
+    volcano, at = policy.get("queue"), ("spec", "runPolicy", "schedulingPolicy", "queue")
+    if doc.api_version.startswith("batch.volcano.sh/"):
+        volcano, at = spec.get("queue"), ("spec", "queue")
+    elif doc.kind in ("ClusterTrainingRuntime", "TrainingRuntime"):
         # Trainer v2 gives its Volcano PodGroup the queue the runtime's template names.
-        path = ("spec", "template", "metadata", "annotations", VOLCANO_QUEUE_ANNOTATION)
-        annotations = ((spec.get("template") or {}).get("metadata") or {}).get("annotations")
-        volcano = (annotations or {}).get(VOLCANO_QUEUE_ANNOTATION)
+        at = ("spec", "template", "metadata", "annotations", VOLCANO_QUEUE_ANNOTATION)
+        annotations = mapping(mapping(spec.get("template")).get("metadata")).get("annotations")
+        volcano = mapping(annotations).get(VOLCANO_QUEUE_ANNOTATION)
     volcano_visible = ctx.has_platform or bool(ctx.of_kind("Queue"))
-    if volcano and volcano_visible and ctx.find("Queue", str(volcano)) is None:
-        yield Violation(f"no Volcano Queue {volcano!r}", path)
+    if (
+        volcano
+        and volcano != "default"
+        and volcano_visible
+        and ctx.find("Queue", str(volcano)) is None
+    ):
+        yield Violation(f"no Volcano Queue {volcano!r}", at)
+
+
+@resource_rule(
+    id="kueue-admissible",
+    severity=ERROR,
+    title="A queued job fits the ClusterQueue behind its LocalQueue",
+    why="Kueue admits a workload only if its ClusterQueue covers every resource the pods "
+    "request and one flavor's quota (plus what it may borrow) holds each pod set: a GPU job "
+    "sent to a queue that covers only cpu and memory, or that needs more GPUs than the queue "
+    "can ever have, stays suspended with 'couldn't assign flavors' and never fails.",
+    fix="Send the job to a queue whose ClusterQueue covers its resources with enough quota, "
+    "or add the resource (and quota) to the ClusterQueue's resourceGroups.",
+    kinds=QUEUED_KINDS,
+)
+def kueue_admissible(doc: Document, ctx: Context) -> Iterator[Violation]:
+    queue = queue_label(doc)
+    local = ctx.find("LocalQueue", queue, doc.namespace or None) if queue else None
+    name = mapping(local.obj.get("spec")).get("clusterQueue") if local is not None else None
+    cluster = ctx.find("ClusterQueue", str(name)) if name else None
+    if cluster is None:
+        return
+    groups = dicts(mapping(cluster.obj.get("spec")).get("resourceGroups"))
+    covered = {
+        str(r) for g in groups if isinstance(g, dict) for r in g.get("coveredResources") or []
+    }
+    at = ("metadata", "labels", KUEUE_LABEL)
+    spec = mapping(cluster.obj.get("spec"))
+    borrows = bool(spec.get("cohort") or spec.get("cohortName"))
+    for pod in ctx.pods(doc):
+        requests = kueue_requests(pod)
+        for resource in sorted(set(requests) - covered - KUEUE_IMPLICIT):
+            yield Violation(
+                f"{pod.role} requests {resource}, which ClusterQueue {cluster.name} does not "
+                "cover: the workload is never admitted",
+                at,
+            )
+        if borrows or pod.replicas is None:
+            continue
+        for resource, per_pod in sorted(requests.items()):
+            most = _largest_quota(groups, resource)
+            need = per_pod * pod.replicas
+            if most is not None and need > most:
+                yield Violation(
+                    f"{pod.role} needs {_show(need)} {resource} at once; ClusterQueue "
+                    f"{cluster.name} has at most {_show(most)} in one flavor and no cohort "
+                    "to borrow from: the workload is never admitted",
+                    at,
+                )
+
+
+def kueue_requests(pod: PodTemplate) -> dict[str, Fraction]:
+    """What Kueue counts for one pod: requests of its containers, a limit where the request
+    is unset (the API server copies it)."""
+    total: dict[str, Fraction] = {}
+    for container in pod.containers:
+        limits, requests = resources(container, "limits"), resources(container, "requests")
+        for name in {*limits, *requests}:
+            value = quantity.parse(requests.get(name, limits.get(name)))
+            if value:
+                total[str(name)] = total.get(str(name), Fraction(0)) + value
+    return total
+
+
+def _largest_quota(groups: list[dict[str, Any]], resource: str) -> Fraction | None:
+    best: Fraction | None = None
+    for group in groups:
+        for flavor in dicts(group.get("flavors")):
+            for entry in dicts(flavor.get("resources")):
+                if entry.get("name") == resource:
+                    quota = quantity.parse(entry.get("nominalQuota"))
+                    if quota is not None and (best is None or quota > best):
+                        best = quota
+    return best
+
+
+def _show(value: Fraction) -> str:
+    return str(int(value)) if value.denominator == 1 else f"{float(value):g}"
