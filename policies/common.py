@@ -15,6 +15,8 @@ from trainops.policy.trainjob import TRAINER_STEP_LABEL
 from . import commandline
 
 RDMA_RESOURCE = re.compile(r"(^rdma/)|(rdma|roce|infiniband|_vf$|/ib[_-]|sriov)", re.IGNORECASE)
+# Resource names that say RDMA outright; a plain SR-IOV VF may be an Ethernet netdevice.
+RDMA_ONLY = re.compile(r"(^rdma/)|(rdma|roce|infiniband|/ib[_-]|hca)", re.IGNORECASE)
 CHECKPOINT_FLAGS = (
     "--checkpoint-dir",
     "--checkpoint_dir",

@@ -139,6 +139,8 @@ def env_reference_undefined(pod: PodTemplate, ctx: Context) -> Iterator[Violatio
                     yield _no_index(entry.get("name"), where)
                 elif not open_ended:
                     yield _undefined(name, where)
+        # In a shell script an unknown $(name) is the shell's command substitution.
+        shell = commandline.runs_shell(container)
         for key in ("command", "args"):
             for position, word in enumerate(container.get(key) or []):
                 for name in _references(word):
@@ -147,7 +149,7 @@ def env_reference_undefined(pod: PodTemplate, ctx: Context) -> Iterator[Violatio
                     where = (*at, key, position)
                     if name == COMPLETION_INDEX and _job_kind(pod):
                         yield _no_index(key, where)
-                    elif not open_ended:
+                    elif not open_ended and not shell:
                         yield _undefined(name, where)
 
 
@@ -177,26 +179,38 @@ def _undefined(name: str, where: tuple[Any, ...]) -> Violation:
     id="args-shell-variable",
     severity=ERROR,
     title="Shell variables appear only where a shell expands them",
-    why="Kubernetes runs command and args without a shell and expands only $(NAME): "
-    "'--node-rank=${JOB_COMPLETION_INDEX}' or '--master_addr $MASTER_ADDR' reach the program "
-    "as those literal characters.",
+    why="Kubernetes runs command and args without a shell and expands only $(NAME), in them "
+    "and in env values: '--node-rank=${JOB_COMPLETION_INDEX}', '--master_addr $MASTER_ADDR' "
+    "or an env value '$HF_TOKEN' reach the program as those literal characters.",
     fix="Write $(NAME) (Kubernetes expands it from the container's env), or run the command "
     "through sh -c 'exec ...' so that the shell expands it. A template meant for envsubst or "
     "Helm must be rendered before it is applied.",
 )
 def args_shell_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):
-        if not container.get("command") or commandline.runs_shell(container):
-            continue  # the image's entrypoint (possibly a shell) or a shell sees these words
+        for where, word in _words_and_values(container):
+            match = _SHELL_VARIABLE.search(word)
+            if match is not None:
+                yield Violation(
+                    f"{word!r}: no shell expands {match.group(0).rstrip('}:#%/?+=-')}; "
+                    "the program gets it literally",
+                    (*pod.container_path(index), *where),
+                )
+
+
+def _words_and_values(container: dict[str, Any]) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """command and args elements (unless a shell or an unknown entrypoint reads them) and
+    literal env values, with their paths in the container."""
+    if container.get("command") and not commandline.runs_shell(container):
         for key in ("command", "args"):
             for position, word in enumerate(container.get(key) or []):
-                match = _SHELL_VARIABLE.search(word) if isinstance(word, str) else None
-                if match is not None:
-                    yield Violation(
-                        f"{word!r}: no shell expands {match.group(0).rstrip('}:#%/?+=-')}; "
-                        "the program gets it literally",
-                        (*pod.container_path(index), key, position),
-                    )
+                if isinstance(word, str):
+                    yield (key, position), word
+    for position, entry in enumerate(container.get("env") or []):
+        value = entry.get("value") if isinstance(entry, dict) else None
+        if isinstance(value, str) and not any(c.isspace() for c in value.strip()):
+            # A setting; a value with blanks or lines is a script some shell runs later.
+            yield ("env", position, "value"), value
 
 
 @pod_rule(
@@ -217,7 +231,8 @@ def gpu_visibility(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
         gpus = gpu_count(container)
         visible = env.get("NVIDIA_VISIBLE_DEVICES")
         exposes = isinstance(visible, str) and visible.strip().lower() not in ("", "void", "none")
-        if exposes and not gpus:
+        node_agent = pod.doc.kind == "DaemonSet"  # GPU system agents (MPS, DCGM) see all GPUs
+        if exposes and not gpus and not node_agent:
             yield Violation(
                 f"NVIDIA_VISIBLE_DEVICES={visible} without a GPU request exposes GPUs "
                 "the device plugin gave to other pods",

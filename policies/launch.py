@@ -38,7 +38,7 @@ KUBEFLOW_RENDEZVOUS = ("PyTorchJob",)  # the operator sets the rendezvous variab
 class Group:
     """The pods one torchrun rendezvous gathers: how many, and how to say it."""
 
-    nodes: int | None  # None: elastic, or a count that is not a number
+    nodes: int | None  # None: a count that is not a number
     low: int | None = None  # elastic range
     high: int | None = None
     what: str = ""
@@ -84,7 +84,7 @@ def group(pod: PodTemplate, ctx: Context) -> Group:
             low = elastic.get("minReplicas", elastic.get("maxReplicas"))
             high = elastic.get("maxReplicas", low)
             if is_int(low) and is_int(high):
-                return Group(None, low, high, f"elasticPolicy allows {low}:{high}")
+                return Group(_worker_replicas(doc), low, high, f"elasticPolicy allows {low}:{high}")
             return Group(None)
     if doc.kind == "LeaderWorkerSet":
         size = mapping(spec.get("leaderWorkerTemplate")).get("size", 1)
@@ -99,6 +99,12 @@ def group(pod: PodTemplate, ctx: Context) -> Group:
             return Group(None)
         total += count * copies
     return Group(total, what=f"the job runs {total} pods with torchrun")
+
+
+def _worker_replicas(doc: Document) -> int | None:
+    worker = _replicas(doc, "Worker")
+    master = _replicas(doc, "Master")
+    return worker + master if worker is not None and master is not None else None
 
 
 def _replicated_job_copies(pod: PodTemplate) -> int | None:
@@ -167,7 +173,8 @@ def nnodes(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
             continue
         at = pod.container_path(index)
         if expected.low is not None:
-            allowed = (f"{expected.low}:{expected.high}", str(expected.high))
+            # The range, its upper end, or the pods there are (a fixed size that works).
+            allowed = (f"{expected.low}:{expected.high}", str(expected.high), str(expected.nodes))
             if value not in allowed:
                 yield Violation(f"--nnodes={value} but {expected.what}", at)
         elif expected.nodes is not None and value != str(expected.nodes):

@@ -9,7 +9,15 @@ from typing import Any
 from trainops.admission import quantity
 from trainops.model import ERROR, INFO, WARNING, Document
 from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
-from trainops.policy.pods import REPLICA_FIELDS, PodTemplate, dicts, is_int, mapping, resources
+from trainops.policy.pods import (
+    REPLICA_FIELDS,
+    PodTemplate,
+    dicts,
+    effective_labels,
+    is_int,
+    mapping,
+    resources,
+)
 
 from . import commandline, common
 
@@ -67,6 +75,29 @@ def gpu_node_placement(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
         yield Violation("no toleration for the nvidia.com/gpu taint", pod.path, severity=INFO)
 
 
+def _selects_own_labels(term: dict, labels: dict) -> bool:
+    """The selector matches the pod's own labels (so its own pods, maybe others' too)."""
+    selector = term.get("labelSelector") or {}
+    match_labels = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    if not match_labels and not expressions:
+        return False
+    if any(str(labels.get(k)) != str(v) for k, v in match_labels.items()):
+        return False
+    for expression in expressions:
+        key, operator = expression.get("key"), expression.get("operator")
+        values = [str(v) for v in expression.get("values") or []]
+        if operator == "In" and str(labels.get(key)) not in values:
+            return False
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "NotIn" and str(labels.get(key)) in values:
+            return False
+        if operator == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
 def _selects_this_job(term: dict, job: str) -> bool:
     if JOB_NAME_LABEL in (term.get("matchLabelKeys") or []):
         return True
@@ -96,15 +127,16 @@ def _terms(pod: PodTemplate) -> Iterator[tuple[tuple, dict]]:
     severity=ERROR,
     title="Topology spread and pod affinity count this job's pods",
     why="A constraint whose selector names another job (a template's name after a run renamed "
-    "the job) or no job at all balances against unrelated pods: the job's own ranks are not "
-    "kept together or apart.",
+    "the job), or matches none of the pod's own labels, balances against unrelated pods: the "
+    "job's own ranks are not kept together or apart.",
     fix=f"Select {JOB_NAME_LABEL} of this job, or use matchLabelKeys: [{JOB_NAME_LABEL}] so "
     "the selector follows the job name.",
     kinds=tuple(REPLICA_FIELDS),
 )
 def selects_own_pods(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    labels = effective_labels(pod)
     for at, term in _terms(pod):
-        if not _selects_this_job(term, pod.doc.name):
+        if not _selects_this_job(term, pod.doc.name) and not _selects_own_labels(term, labels):
             selector = (term.get("labelSelector") or {}).get("matchLabels") or {}
             other = selector.get(JOB_NAME_LABEL)
             detail = f"job {other}" if other else "pods of any job"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING
 from trainops.policy.engine import Context, Violation, pod_rule
-from trainops.policy.pods import PodTemplate, gpu_count, resources
+from trainops.policy.pods import PodTemplate, env_of, gpu_count, resources
 from trainops.profile.model import quantity_bytes
 
 from . import commandline, common
@@ -31,10 +32,35 @@ def shares_memory(pod: PodTemplate) -> bool:
     )
 
 
+# Kinds and programs known to move data between a pod's GPUs with NCCL.
+NCCL_KINDS = ("PyTorchJob", "TFJob", "PaddleJob", "JAXJob", "TrainJob")
+NCCL_PROGRAMS = re.compile(
+    r"torchrun|torch\.distributed|deepspeed|accelerate|horovod|vllm|sglang|text-generation"
+    r"|trtllm|tensorrt_llm|megatron|nemo|trainer|nccl",
+    re.IGNORECASE,
+)
+
+
+def uses_nccl(pod: PodTemplate) -> bool:
+    """The pod evidently runs NCCL: a kind or launcher that does, or NCCL_* variables."""
+    if pod.doc.kind in NCCL_KINDS or pod.runtime is not None:
+        return True
+    for container in pod.containers:
+        if any(str(name).startswith("NCCL_") for name in env_of(container)):
+            return True
+        if any(NCCL_PROGRAMS.search(word) for word in commandline.words(container)):
+            return True
+        if commandline.runs(container, ("tune",)):  # torchtune's launcher runs torchrun
+            return True
+    return False
+
+
 def _why_shared(pod: PodTemplate) -> str:
     gpus = max((gpu_count(c) for c in pod.containers), default=0)
-    if gpus >= 2:
+    if gpus >= 2 and uses_nccl(pod):
         return f"{gpus} GPUs in one container share NCCL buffers there"
+    if gpus >= 2:
+        return f"{gpus} GPUs in one container (if their processes talk over NCCL or shared memory)"
     workers = max(commandline.dataloader_workers(c) for c in pod.containers)
     return f"{workers} DataLoader workers pass batches through it"
 
@@ -46,7 +72,8 @@ def _why_shared(pod: PodTemplate) -> str:
     why="A container's /dev/shm defaults to 64 MiB. NCCL between the GPUs of one container "
     "creates its shared-memory segments there and DataLoader worker processes pass batches "
     "through it: both outgrow 64 MiB and fail (bus errors, 'failed to extend /dev/shm') "
-    "while the pod looks healthy. A one-GPU pod without DataLoader workers does not need it. "
+    "while the pod looks healthy. A one-GPU pod without DataLoader workers does not need it; "
+    "for a multi-GPU program not known to use NCCL the finding is a warning. "
     "hostIPC: true is not a substitute: it shares the node's IPC namespace with every other "
     "pod there.",
     fix="Mount an emptyDir with medium: Memory and a sizeLimit at /dev/shm (8Gi per GPU is a "
@@ -64,9 +91,12 @@ def dev_shm_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
             (*pod.path, "hostIPC"),
         )
     else:
+        dataloader = any(commandline.dataloader_workers(c) for c in pod.containers)
+        certain = dataloader or uses_nccl(pod)
         yield Violation(
             f"no volume is mounted at /dev/shm (containers get 64 MiB) and {_why_shared(pod)}",
             pod.path,
+            severity=None if certain else WARNING,
         )
 
 
