@@ -85,6 +85,7 @@ def is_mpi_launcher(pod: PodTemplate) -> bool:
     roles = mpi_roles(pod)
     return roles is not None and pod.role == roles[0]
 
+
 def trains(pod: PodTemplate) -> bool:
     """Pods that run a training job's ranks: a training kind's, or any pod whose command
     starts a distributed launcher (torchrun, mpirun, deepspeed, accelerate...)."""
