@@ -16,7 +16,13 @@ from trainops.policy.pods import argv
 SHELLS = ("sh", "bash", "dash", "zsh", "ash", "ksh")
 # torchrun and the launchers that take its arguments (trainer-launch is torchrun passing on
 # the failed worker's exit code).
-TORCHRUN = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "trainer-launch")
+TORCHRUN = (
+    "torchrun",
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "trainer-launch",
+    "trainer.launch",
+)
 # Launchers of distributed training: the pod runs a job's ranks, not a service.
 LAUNCHERS = (*TORCHRUN, "mpirun", "mpiexec", "deepspeed", "accelerate", "horovodrun", "trainer")
 DATALOADER_WORKER_FLAGS = (

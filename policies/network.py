@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from trainops import multus
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
-from trainops.policy.pods import PodTemplate, mapping, resources
+from trainops.policy.pods import PodTemplate
 
 from . import common
 
@@ -195,73 +195,3 @@ def service_selects_pods(doc: Document, ctx: Context) -> Iterator[Violation]:
         f"selector {selector} matches no pod template in namespace {namespace}",
         ("spec", "selector"),
     )
-
-
-# CNI plugins that take the device the device plugin allocated (its PCI address arrives
-# through Multus from the NAD's resourceName annotation).
-DEVICE_PLUGIN_TYPES = {"sriov", "ib-sriov"}
-
-
-@resource_rule(
-    id="nad-sriov-resource-name",
-    severity=ERROR,
-    title="SR-IOV networks name the device-plugin resource their VFs come from",
-    why="The SR-IOV CNI configures the VF the device plugin allocated to the pod; Multus "
-    "finds it through the NAD's k8s.v1.cni.cncf.io/resourceName annotation. Without it no "
-    "device reaches the CNI and every pod fails to start with 'VF pci addr is required' "
-    "(sriov-network-device-plugin#258).",
-    fix="Annotate the NAD with k8s.v1.cni.cncf.io/resourceName: <the resource in the device "
-    "plugin's config, e.g. nvidia.com/sriov_rdma_vf>.",
-    kinds=("NetworkAttachmentDefinition",),
-)
-def nad_sriov_resource_name(doc: Document, ctx: Context) -> Iterator[Violation]:
-    cni, _ = multus.config(doc.obj)
-    kinds = set(multus.types(cni)) & DEVICE_PLUGIN_TYPES if cni else set()
-    annotations = doc.metadata.get("annotations")
-    named = isinstance(annotations, dict) and annotations.get(multus.RESOURCE_ANNOTATION)
-    if kinds and not named:
-        yield Violation(
-            f"{'/'.join(sorted(kinds))} network without {multus.RESOURCE_ANNOTATION}",
-            ("metadata", "annotations"),
-        )
-
-
-@pod_rule(
-    id="network-device-count",
-    severity=ERROR,
-    title="Pods request a device for every attachment that needs one",
-    why="Each attachment to a network with a resourceName consumes one device of that "
-    "resource from the pod's requests: two SR-IOV attachments with one VF requested leave the "
-    "second without a device, and the pod never gets past sandbox creation.",
-    fix="Request as many units of the resource (in limits) as the pod has attachments to "
-    "networks that name it.",
-)
-def network_device_count(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
-    needed: dict[str, int] = {}
-    for _, nad in common.attached_nads(pod, ctx):
-        annotations = nad.metadata.get("annotations") if nad is not None else None
-        resource = mapping(annotations).get(multus.RESOURCE_ANNOTATION)
-        if resource:
-            needed[str(resource)] = needed.get(str(resource), 0) + 1
-    if not needed:
-        return
-    at = (*pod.path[:-1], "metadata", "annotations", multus.ANNOTATION)
-    for resource, count in sorted(needed.items()):
-        requested = sum(_amount(c, resource) for c in pod.containers)
-        if 0 < requested < count:
-            yield Violation(
-                f"{count} attachments need {resource} but the pod requests {requested}", at
-            )
-        elif requested == 0 and not pod.uses_gpus:  # GPU pods: rdma-resource-missing says it
-            yield Violation(f"{count} attachment(s) need {resource} but the pod requests none", at)
-
-
-def _amount(container: dict, resource: str) -> int:
-    for section in ("limits", "requests"):
-        value = resources(container, section).get(resource)
-        if value is not None:
-            try:
-                return int(str(value))
-            except ValueError:
-                return 0
-    return 0

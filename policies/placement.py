@@ -37,8 +37,6 @@ QUEUED_KINDS = (
     "ClusterTrainingRuntime",
     "TrainingRuntime",
 )
-# Resources every ClusterQueue implicitly accepts without covering them.
-KUEUE_IMPLICIT = frozenset({"pods"})
 
 
 def _selects_gpu_nodes(pod: PodTemplate) -> bool:
@@ -255,42 +253,33 @@ def queue_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
 
 
 @resource_rule(
-    id="kueue-admissible",
+    id="kueue-quota-fits",
     severity=ERROR,
-    title="A queued job fits the ClusterQueue behind its LocalQueue",
-    why="Kueue admits a workload only if its ClusterQueue covers every resource the pods "
-    "request and one flavor's quota (plus what it may borrow) holds each pod set: a GPU job "
-    "sent to a queue that covers only cpu and memory, or that needs more GPUs than the queue "
-    "can ever have, stays suspended with 'couldn't assign flavors' and never fails.",
-    fix="Send the job to a queue whose ClusterQueue covers its resources with enough quota, "
-    "or add the resource (and quota) to the ClusterQueue's resourceGroups.",
+    title="A queued job fits the quota of the ClusterQueue behind its LocalQueue",
+    why="Kueue admits a pod set only when one flavor's quota (plus what the queue may borrow "
+    "from its cohort) holds all of it at once: a job that needs more GPUs than its queue can "
+    "ever have stays suspended with 'couldn't assign flavors' and never fails (kueue#4848 "
+    "covers the other half: resources no group covers, see kueue-covers-requests).",
+    fix="Send the job to a queue with enough quota, put the queue in a cohort it can borrow "
+    "from, or shrink the job.",
     kinds=QUEUED_KINDS,
 )
-def kueue_admissible(doc: Document, ctx: Context) -> Iterator[Violation]:
+def kueue_quota_fits(doc: Document, ctx: Context) -> Iterator[Violation]:
     queue = queue_label(doc)
     local = ctx.find("LocalQueue", queue, doc.namespace or None) if queue else None
     name = mapping(local.obj.get("spec")).get("clusterQueue") if local is not None else None
     cluster = ctx.find("ClusterQueue", str(name)) if name else None
     if cluster is None:
         return
-    groups = dicts(mapping(cluster.obj.get("spec")).get("resourceGroups"))
-    covered = {
-        str(r) for g in groups if isinstance(g, dict) for r in g.get("coveredResources") or []
-    }
-    at = ("metadata", "labels", KUEUE_LABEL)
     spec = mapping(cluster.obj.get("spec"))
-    borrows = bool(spec.get("cohort") or spec.get("cohortName"))
+    if spec.get("cohort") or spec.get("cohortName"):
+        return  # it may borrow: the cohort's other queues decide
+    groups = dicts(spec.get("resourceGroups"))
+    at = ("metadata", "labels", KUEUE_LABEL)
     for pod in ctx.pods(doc):
-        requests = kueue_requests(pod)
-        for resource in sorted(set(requests) - covered - KUEUE_IMPLICIT):
-            yield Violation(
-                f"{pod.role} requests {resource}, which ClusterQueue {cluster.name} does not "
-                "cover: the workload is never admitted",
-                at,
-            )
-        if borrows or pod.replicas is None:
+        if pod.replicas is None:
             continue
-        for resource, per_pod in sorted(requests.items()):
+        for resource, per_pod in sorted(kueue_requests(pod).items()):
             most = _largest_quota(groups, resource)
             need = per_pod * pod.replicas
             if most is not None and need > most:

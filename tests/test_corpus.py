@@ -37,7 +37,7 @@ _LINE = re.compile(r":\d+$")
 
 
 def _key(finding: dict) -> str:
-    source = _LINE.sub("", finding["source"])
+    source = _LINE.sub("", finding.get("target") or finding["source"])
     source = source.split("tests/corpus/", 1)[-1]
     if SHARED is not None:
         source = source.replace(f"{SHARED}/upstream/", "upstream/")

@@ -45,7 +45,7 @@ def rules_by_target(trainops) -> dict[str, set[str]]:
     assert run.code in (0, 1) and "Traceback" not in run.err, run.err
     found: dict[str, set[str]] = defaultdict(set)
     for finding in json.loads(run.out)["findings"]:
-        source = finding["source"]
+        source = finding.get("target") or finding["source"]
         for target in targets:
             if source == target or source.startswith((target + ":", target + "/")):
                 found[target].add(finding["rule"])

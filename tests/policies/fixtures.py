@@ -1004,8 +1004,8 @@ FIXTURES: dict[str, tuple[Callable[[], Docs], Callable[[], Docs]]] = {
         with_jobset(lambda c: c["resources"]["limits"].update({"nvidia.com/roce_vf": None})),
         with_jobset(),
     ),
-    "kueue-admissible": (
-        edit(_with(cluster_queue(("cpu", "memory", "nvidia.com/gpu")))),
+    "kueue-quota-fits": (
+        edit(_with(cluster_queue(ALL_COVERED, gpus="16"))),
         edit(_with(cluster_queue(ALL_COVERED))),
     ),
     "pvc-access-mode-unsupported": (
