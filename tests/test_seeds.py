@@ -58,6 +58,22 @@ EXPECTED = {
     },
     "003-distributed-training-infrastructure.yaml": {
         (
+            "ClusterPolicy//cluster-policy",
+            "argocd-single-owner",
+        ): "the gpu-operator chart renders the same ClusterPolicy: two owners",
+        (
+            ELASTIC,
+            "shutdown-timeout-grace",
+        ): "torchrun's 30 s shutdown timeout equals the 30 s default grace: no time to save",
+        (
+            MNIST,
+            "shutdown-timeout-grace",
+        ): "torchrun's 30 s shutdown timeout equals the 30 s default grace: no time to save",
+        (
+            LLAMA,
+            "shutdown-timeout-grace",
+        ): "torchrun's 30 s shutdown timeout equals the 30 s default grace: no time to save",
+        (
             "NetworkAttachmentDefinition/ml-training/ib-sriov-network",
             "nad-sriov-resource-name",
         ): "an ib-sriov network without resourceName: Multus passes no VF, pods fail to start",
@@ -111,6 +127,10 @@ EXPECTED = {
         (MNIST, "gpu-node-placement"): "no GPU node selection",
     },
     "004-training-operator-recipe.yaml": {
+        (
+            LLM,
+            "shutdown-timeout-grace",
+        ): "torchrun's 30 s shutdown timeout equals the 30 s default grace: no time to save",
         (LLM, "rendezvous-endpoint"): "$(MASTER_ADDR) in a Worker-only elastic job is never set",
         (LLM, "read-only-write-path"): "the Hugging Face cache is on the read-only /data mount",
         (LLM, "nccl-ib-hca-prefix"): "NCCL_IB_HCA=mlx5 selects every mlx5 device",
