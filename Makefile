@@ -14,6 +14,8 @@ TOOLKIT := $(VENV)/.toolkit-stamp
 DEV := $(VENV)/.dev-stamp
 CRDS ?= ../shared/crds
 MIRROR_CRDS := base/operators/mirror/kubeflow-training-operator-v1.9.0/manifests/base/crds
+# CRDs vendored here, pinned by commit (crds/<project>-<version>/SOURCE.md).
+VENDORED_CRDS := crds
 
 .PHONY: install validate test test-repeat lint format bench schemas train-local clean
 
@@ -68,7 +70,7 @@ train-local: $(DEV)
 	@echo "metrics: $(TRAIN_LOCAL)/metrics.jsonl, checkpoints: $(TRAIN_LOCAL)/checkpoints"
 
 schemas: $(DEV)
-	$(BIN)/trainops schemas import $(CRDS)/*.yaml $(MIRROR_CRDS)/*.yaml
+	$(BIN)/trainops schemas import $(CRDS)/*.yaml $(MIRROR_CRDS)/*.yaml $(VENDORED_CRDS)/*/*.yaml
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache $(TRAIN_LOCAL)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
-from trainops.policy.pods import PodTemplate
+from trainops.policy.pods import PodTemplate, mapping
 
 from . import common
 
@@ -35,7 +35,7 @@ def _checkpoint_mounts(pod: PodTemplate) -> Iterator[tuple[int, dict, dict | Non
     "GPU-hour so far.",
     fix="Mount a ReadWriteMany PVC (e.g. at /checkpoints) and point the trainer at it "
     "(TRAINER_CHECKPOINT_DIR or --checkpoint-dir).",
-    applies=common.gpu_pod,
+    applies=common.gpu_trainer,
 )
 def checkpoint_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if pod.partial or not common.multi_node(pod, ctx):
@@ -66,31 +66,34 @@ def ephemeral(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
                 )
 
 
+SHARED_MODES = frozenset({"ReadWriteMany", "ReadOnlyMany"})
+
+
 @pod_rule(
     id="pvc-shared-rwo",
     severity=ERROR,
-    title="A volume shared by several replicas can attach to several nodes",
-    why="A ReadWriteOnce volume attaches to one node: replicas on other nodes wait in "
-    "ContainerCreating, or (same node) write the same files without coordination.",
-    fix="Use a ReadWriteMany storage class for volumes every replica mounts.",
+    title="A volume shared by several pods can attach to several nodes",
+    why="A ReadWriteOnce volume attaches to one node (ReadWriteOncePod to one pod), even when "
+    "the pods mount it readOnly: pods on other nodes wait in ContainerCreating with a "
+    "Multi-Attach error, or (same node) write the same files without coordination.",
+    fix="Use a ReadWriteMany (or, for data only read, ReadOnlyMany) claim for volumes several "
+    "pods mount.",
 )
 def shared_rwo(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if not common.multi_node(pod, ctx):
         return
     for volume in pod.volumes():
-        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        claim = mapping(volume.get("persistentVolumeClaim")).get("claimName")
         if not claim:
-            continue
-        if (volume.get("persistentVolumeClaim") or {}).get("readOnly"):
             continue
         pvc = ctx.find("PersistentVolumeClaim", str(claim), pod.doc.namespace or None)
         if pvc is None:
             continue
-        modes = (pvc.obj.get("spec") or {}).get("accessModes") or []
-        if not {"ReadWriteMany", "ReadOnlyMany"} & set(modes):
+        modes = mapping(pvc.obj.get("spec")).get("accessModes") or []
+        if not SHARED_MODES & set(modes):
             yield Violation(
-                f"claim {claim} is {'/'.join(modes) or 'without access modes'} but several "
-                "replicas mount it",
+                f"claim {claim} is {'/'.join(map(str, modes)) or 'without access modes'} but "
+                "several pods mount it",
                 (*pod.path, "volumes", pod.volumes().index(volume)),
             )
 
@@ -127,10 +130,10 @@ def dir_not_mounted(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "an emergency checkpoint.",
     fix="Set terminationGracePeriodSeconds above 30 s plus the checkpoint write time (120-300 s "
     "is typical).",
-    applies=common.gpu_pod,
+    applies=common.gpu_trainer,
 )
 def grace_period(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
-    if pod.partial or not pod.training:
+    if pod.partial:
         return
     grace = pod.spec.get("terminationGracePeriodSeconds")
     if grace is None:

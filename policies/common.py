@@ -12,7 +12,11 @@ from trainops.policy.engine import Context
 from trainops.policy.pods import PodTemplate, argv, dicts, env_of, is_int, mapping, resources
 from trainops.policy.trainjob import TRAINER_STEP_LABEL
 
+from . import commandline
+
 RDMA_RESOURCE = re.compile(r"(^rdma/)|(rdma|roce|infiniband|_vf$|/ib[_-]|sriov)", re.IGNORECASE)
+# Resource names that say RDMA outright; a plain SR-IOV VF may be an Ethernet netdevice.
+RDMA_ONLY = re.compile(r"(^rdma/)|(rdma|roce|infiniband|/ib[_-]|hca)", re.IGNORECASE)
 CHECKPOINT_FLAGS = (
     "--checkpoint-dir",
     "--checkpoint_dir",
@@ -80,6 +84,20 @@ def mpi_roles(pod: PodTemplate) -> tuple[str, str] | None:
 def is_mpi_launcher(pod: PodTemplate) -> bool:
     roles = mpi_roles(pod)
     return roles is not None and pod.role == roles[0]
+
+
+def trains(pod: PodTemplate) -> bool:
+    """Pods that run a training job's ranks: a training kind's, or any pod whose command
+    starts a distributed launcher (torchrun, mpirun, deepspeed, accelerate...)."""
+    return pod.training or pod.memo(
+        "launches",
+        lambda: any(commandline.runs(c, commandline.LAUNCHERS) for c in pod.containers),
+    )
+
+
+def gpu_trainer(pod: PodTemplate) -> bool:
+    """GPU pods that train (the `applies` predicate of checkpoint and grace-period rules)."""
+    return pod.uses_gpus and trains(pod)
 
 
 def rank_pod(pod: PodTemplate, ctx: Context) -> PodTemplate:

@@ -1,13 +1,15 @@
-"""GitOps lifecycle: what Argo CD does to runs, big CRDs and resources whose CRD is late."""
+"""GitOps lifecycle: what Argo CD does to runs, big CRDs, resources whose CRD is late,
+objects a controller scales, unnamed objects and ApplicationSet templates."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy.engine import EVERY_KIND, Context, Violation, resource_rule
-from trainops.policy.pods import REPLICA_FIELDS
+from trainops.policy.pods import REPLICA_FIELDS, mapping
 
 SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
 ANNOTATION_LIMIT = 262144  # bytes kubectl's last-applied-configuration annotation may hold
@@ -80,3 +82,112 @@ def skip_dry_run(doc: Document, ctx: Context) -> Iterator[Violation]:
     crd = ctx.crd(group, doc.kind)
     if crd is not None and "SkipDryRunOnMissingResource=true" not in _sync_options(doc):
         yield Violation(f"its CRD {crd.name} is in the same sync", ("metadata", "annotations"))
+
+
+HOOK = "argocd.argoproj.io/hook"
+# Kinds whose spec.replicas an autoscaler may own (scaleTargetRef kinds).
+SCALABLE_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "LeaderWorkerSet")
+
+
+@resource_rule(
+    id="hpa-replicas-in-git",
+    severity=ERROR,
+    title="Objects an autoscaler scales leave spec.replicas out of Git",
+    why="A HorizontalPodAutoscaler writes spec.replicas of its target. When Git sets it too, "
+    "every sync (and every self-heal) resets the autoscaler's choice and the pods are scaled "
+    "back and forth (argo-cd#5105).",
+    fix="Remove spec.replicas from the target's manifest (the autoscaler's minReplicas applies), "
+    "or tell Argo CD to ignore /spec/replicas of that object.",
+    kinds=("HorizontalPodAutoscaler",),
+)
+def hpa_replicas(doc: Document, ctx: Context) -> Iterator[Violation]:
+    target = mapping(mapping(doc.obj.get("spec")).get("scaleTargetRef"))
+    kind, name = target.get("kind"), target.get("name")
+    if kind not in SCALABLE_KINDS or not isinstance(name, str):
+        return
+    scaled = ctx.find(str(kind), name, doc.namespace or None)
+    if scaled is None or "replicas" not in mapping(scaled.obj.get("spec")):
+        return
+    replicas = mapping(scaled.obj.get("spec"))["replicas"]
+    yield Violation(
+        f"{kind} {name} sets spec.replicas: {replicas} in Git while this autoscaler scales it",
+        ("spec", "scaleTargetRef"),
+    )
+
+
+@resource_rule(
+    id="argocd-generate-name",
+    severity=WARNING,
+    title="Objects Argo CD syncs have a fixed name",
+    why="Argo CD tracks and applies objects by name: one with only generateName cannot be "
+    "applied (kubectl apply needs a name) unless it is a hook, so its sync fails "
+    "(argo-cd#1639). Fine for `kubectl create`, not for GitOps.",
+    fix="Give the object metadata.name, or make it an Argo CD hook "
+    "(argocd.argoproj.io/hook: Sync, with a hook-delete-policy).",
+    kinds=EVERY_KIND,
+)
+def generate_name(doc: Document, ctx: Context) -> Iterator[Violation]:
+    metadata = doc.metadata
+    if metadata.get("name") or not metadata.get("generateName"):
+        return
+    if HOOK in mapping(metadata.get("annotations")):
+        return
+    yield Violation(
+        f"generateName {metadata['generateName']!r} without a name",
+        ("metadata", "generateName"),
+        severity=ERROR if ctx.is_run else None,
+    )
+
+
+_PLACEHOLDER = re.compile(r"\{\{-?\s*([^{}]*?)\s*-?\}\}")
+_FAST_PARAMETER = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+|\[\d+\])*$")
+
+
+@resource_rule(
+    id="appset-template-syntax",
+    severity=ERROR,
+    title="ApplicationSet templates use the syntax their goTemplate setting selects",
+    why="With goTemplate: true, parameters are Go template fields ({{.path.basename}}) and "
+    "the git generator's path is a map ({{.path.path}}); without it, they are plain names "
+    "({{path.basename}}). The other syntax renders as literal braces, a template error or "
+    "'map[...]' in the Application's name or source path, and the Applications are invalid "
+    "or point nowhere (argo-cd#20145).",
+    fix="Match the placeholders to goTemplate: {{.path.basename}} / {{.path.path}} with "
+    "goTemplate: true, {{path.basename}} / {{path}} without.",
+    kinds=("ApplicationSet",),
+)
+def appset_template_syntax(doc: Document, ctx: Context) -> Iterator[Violation]:
+    spec = mapping(doc.obj.get("spec"))
+    go = spec.get("goTemplate") is True
+    for path, text in _strings(spec.get("template"), ("spec", "template")):
+        for match in _PLACEHOLDER.finditer(text):
+            inner = match.group(1)
+            if go and inner in (".path", "path"):
+                yield Violation(
+                    f"{match.group(0)} with goTemplate is the git generator's path map; "
+                    "use {{.path.path}}",
+                    path,
+                )
+            elif go and _FAST_PARAMETER.match(inner):
+                yield Violation(
+                    f"{match.group(0)} is fasttemplate syntax but goTemplate is on: "
+                    f"write {{{{.{inner}}}}}",
+                    path,
+                )
+            elif not go and inner.startswith("."):
+                yield Violation(
+                    f"{match.group(0)} is Go template syntax but goTemplate is off: it stays "
+                    "literal",
+                    path,
+                )
+
+
+def _strings(value: object, path: tuple) -> Iterator[tuple[tuple, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings(item, (*path, index))

@@ -1,42 +1,343 @@
-"""Launch consistency: torchrun's counts, rendezvous endpoints and argument lists."""
+"""Launch consistency: torchrun's counts, rendezvous endpoints and argument lists.
+
+The rules read what each pod template's containers start (`commandline`) and
+compare it with the shape of the workload around them: how many pods the job
+runs at once, which hostnames its pods get, which variables its operator sets.
+They apply to every kind that holds pod templates (PyTorchJob, Job, JobSet,
+Volcano Job, LeaderWorkerSet, Deployment...).
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
-from trainops.policy.pods import PodTemplate, argv, gpu_count, is_int, mapping
+from trainops.policy.pods import PodTemplate, env_of, gpu_count, is_int, mapping
+
+from . import commandline
 
 _FLAG_VALUE = re.compile(r"^(--?[A-Za-z][\w.-]*) +\S")
-SHELLS = ("sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/env", "dash", "zsh")
-# torchrun and the launchers that take its arguments (trainer-launch is torchrun with
-# the failed worker's exit code).
-TORCHRUN = ("torchrun", "torch.distributed.run", "trainer-launch", "trainer.launch")
+NNODES = ("--nnodes",)
+NPROC = ("--nproc-per-node", "--nproc_per_node")
+NODE_RANK = ("--node-rank", "--node_rank")
+ENDPOINTS = ("--rdzv-endpoint", "--rdzv_endpoint", "--master-addr", "--master_addr")
+RDZV_BACKEND = ("--rdzv-backend", "--rdzv_backend")
+RDZV_ID = ("--rdzv-id", "--rdzv_id")
+LOOPBACK = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "[::1]")
+_VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+# Kinds whose pod templates are Jobs: a template's pods come from completions/parallelism.
+JOB_TEMPLATE_KINDS = ("Job", "CronJob", "JobSet", "TrainingRuntime", "ClusterTrainingRuntime")
+KUBEFLOW_RENDEZVOUS = ("PyTorchJob",)  # the operator sets the rendezvous variables itself
 
 
-def _flag(words: list[str], *names: str) -> tuple[str | None, int]:
-    """Value of a flag given as --flag=value or --flag value, and its index."""
-    for index, word in enumerate(words):
-        for name in names:
-            if word == name and index + 1 < len(words):
-                return words[index + 1], index
-            if word.startswith(name + "="):
-                return word.split("=", 1)[1], index
-    return None, -1
+@dataclass(frozen=True)
+class Group:
+    """The pods one torchrun rendezvous gathers: how many, and how to say it."""
+
+    nodes: int | None  # None: a count that is not a number
+    low: int | None = None  # elastic range
+    high: int | None = None
+    what: str = ""
 
 
-def _torchrun_words(container: dict) -> list[str] | None:
-    words = argv(container)
-    joined = " ".join(words)
-    if not any(launcher in joined for launcher in TORCHRUN):
-        return None
-    if words and words[0].rsplit("/", 1)[-1] in SHELLS and "-c" in words:
-        script = words[words.index("-c") + 1] if words.index("-c") + 1 < len(words) else ""
-        rest = words[words.index("-c") + 3 :]  # after the script and $0
-        return script.split() + rest
-    return words
+def _torchrun_pods(pods: list[PodTemplate]) -> list[PodTemplate]:
+    return [p for p in pods if any(commandline.runs_torchrun(c) for c in p.containers)]
+
+
+def _at(obj: Any, path: tuple[Any, ...]) -> Any:
+    for step in path:
+        if isinstance(obj, dict):
+            obj = obj.get(step)
+        elif isinstance(obj, list) and isinstance(step, int) and step < len(obj):
+            obj = obj[step]
+        else:
+            return None
+    return obj
+
+
+def job_spec(pod: PodTemplate) -> dict[str, Any]:
+    """The batch/v1 Job spec a pod template belongs to (Job, CronJob, JobSet), or {}."""
+    volcano = pod.doc.api_version.startswith("batch.volcano.sh/")
+    if pod.doc.kind not in JOB_TEMPLATE_KINDS or pod.runtime is not None or volcano:
+        return {}
+    return mapping(_at(pod.doc.obj, pod.path[:-2]))
+
+
+def _completions(spec: dict[str, Any]) -> int | None:
+    value = spec.get("completions", spec.get("parallelism", 1))
+    return value if is_int(value) else None
+
+
+def group(pod: PodTemplate, ctx: Context) -> Group:
+    """The rendezvous this pod's torchrun joins."""
+    doc = pod.doc
+    if pod.runtime is not None:
+        return Group(None)  # a TrainJob: the torch plugin passes the node count itself
+    spec = mapping(doc.obj.get("spec"))
+    if doc.kind == "PyTorchJob":
+        elastic = spec.get("elasticPolicy")
+        if isinstance(elastic, dict):
+            low = elastic.get("minReplicas", elastic.get("maxReplicas"))
+            high = elastic.get("maxReplicas", low)
+            if is_int(low) and is_int(high):
+                return Group(_worker_replicas(doc), low, high, f"elasticPolicy allows {low}:{high}")
+            return Group(None)
+    if doc.kind == "LeaderWorkerSet":
+        size = mapping(spec.get("leaderWorkerTemplate")).get("size", 1)
+        return Group(size if is_int(size) else None, what=f"the group has {size} pods")
+    total = 0
+    for other in _torchrun_pods(ctx.pods(doc)):
+        count = _completions(job_spec(other)) if job_spec(other) else other.replicas
+        if count is None:
+            return Group(None)
+        copies = _replicated_job_copies(other)
+        if copies is None:
+            return Group(None)
+        total += count * copies
+    return Group(total, what=f"the job runs {total} pods with torchrun")
+
+
+def _worker_replicas(doc: Document) -> int | None:
+    worker = _replicas(doc, "Worker")
+    master = _replicas(doc, "Master")
+    return worker + master if worker is not None and master is not None else None
+
+
+def _replicated_job_copies(pod: PodTemplate) -> int | None:
+    """How many copies of a JobSet's replicated job hold this template (1 elsewhere)."""
+    if pod.doc.kind not in ("JobSet", "TrainingRuntime", "ClusterTrainingRuntime"):
+        return 1
+    copies = mapping(_at(pod.doc.obj, pod.path[:-5])).get("replicas", 1)
+    return copies if is_int(copies) else None
+
+
+def _words(pod: PodTemplate) -> Iterator[tuple[int, dict[str, Any], list[str]]]:
+    for index, container in enumerate(pod.containers):
+        if commandline.runs_torchrun(container):
+            yield index, container, commandline.words(container)
+
+
+def _resolve(value: str, container: dict[str, Any]) -> str:
+    """`value` with $(VAR) replaced by the container's literal env values it can see."""
+    env = env_of(container)
+    return _VARIABLE.sub(lambda m: env.get(m.group(1)) or m.group(0), value)
+
+
+def _host(value: str) -> str:
+    value = value.strip()
+    if value.startswith("["):
+        return value.split("]", 1)[0] + "]"
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def _unresolved(value: str) -> bool:
+    return "$" in value or "{{" in value
+
+
+@pod_rule(
+    id="torchrun-nnodes",
+    severity=ERROR,
+    title="torchrun --nnodes agrees with the pods the job runs",
+    why="torchrun's rendezvous waits until --nnodes nodes have joined. A hard-coded --nnodes "
+    "that differs from the number of pods the job runs at once (PyTorchJob replicas, Indexed "
+    "Job completions, JobSet replicas x completions, LeaderWorkerSet size, Volcano task "
+    "replicas) makes it wait forever for nodes that never come, or start without some of "
+    "them; an Indexed Job whose parallelism is below its completions never has all ranks "
+    "running at once.",
+    fix="Make --nnodes the number of pods (or let the operator pass it: PET_NNODES in a "
+    "PyTorchJob or TrainJob), and parallelism equal to completions.",
+)
+def nnodes(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    if pod.partial or not any(True for _ in _words(pod)):
+        return
+    spec = job_spec(pod)
+    completions, parallelism = spec.get("completions"), spec.get("parallelism", 1)
+    if is_int(completions) and is_int(parallelism) and parallelism < completions:
+        yield Violation(
+            f"parallelism {parallelism} is below completions {completions}: only "
+            f"{parallelism} of the {completions} ranks run at once and rendezvous never "
+            "completes",
+            (*pod.path[:-2], "parallelism"),
+        )
+    expected = group(pod, ctx)
+    for index, container, words in _words(pod):
+        value, _ = commandline.flag(words, *NNODES)
+        if value is None:
+            continue
+        value = _resolve(value, container)
+        if _unresolved(value):
+            continue
+        at = pod.container_path(index)
+        if expected.low is not None:
+            # The range, its upper end, or the pods there are (a fixed size that works).
+            allowed = (f"{expected.low}:{expected.high}", str(expected.high), str(expected.nodes))
+            if value not in allowed:
+                yield Violation(f"--nnodes={value} but {expected.what}", at)
+        elif expected.nodes is not None and value != str(expected.nodes):
+            yield Violation(f"--nnodes={value} but {expected.what}", at)
+
+
+@pod_rule(
+    id="torchrun-nproc-per-node",
+    severity=ERROR,
+    title="Processes per node match the GPUs each pod gets",
+    why="With more processes than GPUs, ranks share a GPU (or crash on CUDA device ordinals); "
+    "with fewer, GPUs sit idle for the whole run.",
+    fix="Set --nproc-per-node (and a PyTorchJob's spec.nprocPerNode) to the GPUs in the "
+    "container's limits, or to 'gpu'.",
+)
+def nproc_per_node(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    spec = mapping(pod.doc.obj.get("spec"))
+    declared = None
+    if pod.doc.kind == "PyTorchJob":
+        declared = spec.get("nprocPerNode") or mapping(spec.get("elasticPolicy")).get(
+            "nProcPerNode"
+        )
+    for index, container in enumerate(pod.containers):
+        gpus = gpu_count(container)
+        if not gpus:
+            continue
+        value = None
+        if commandline.runs_torchrun(container):
+            value, _ = commandline.flag(commandline.words(container), *NPROC)
+        for source, given in (("--nproc-per-node", value), ("nprocPerNode", declared)):
+            if given is None or str(given) in ("gpu", "auto") or _unresolved(str(given)):
+                continue
+            if str(given) != str(gpus):
+                yield Violation(
+                    f"{source}={given} but the container gets {gpus} GPUs",
+                    pod.container_path(index),
+                )
+
+
+@pod_rule(
+    id="torchrun-multinode-args",
+    severity=ERROR,
+    title="A multi-pod job's torchrun does not run each pod on its own",
+    why="--standalone starts a private rendezvous on localhost in every pod; an endpoint or "
+    "MASTER_ADDR of localhost points every pod at itself; a literal --node-rank in a template "
+    "that several pods share gives them all the same rank under the static rendezvous. In "
+    "each case the pods never form one group: they hang in rendezvous or train alone.",
+    fix="Drop --standalone and literal ranks; point the rendezvous at the first pod's "
+    "hostname ($(MASTER_ADDR) in a PyTorchJob, <jobset>-<job>-0-0.<subdomain> in a JobSet) "
+    "and take the rank from the pod ($(JOB_COMPLETION_INDEX), $(LWS_WORKER_INDEX)).",
+)
+def multinode_args(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    size = group(pod, ctx)
+    several = (size.nodes or 0) > 1 or (size.high or 0) > 1 or (pod.replicas or 0) > 1
+    if not several:
+        return
+    for index, container, words in _words(pod):
+        at = pod.container_path(index)
+        if commandline.has_flag(words, "--standalone"):
+            yield Violation("--standalone in a job of several pods: each pod trains alone", at)
+        endpoint, _ = commandline.flag(words, *ENDPOINTS)
+        if endpoint is not None and _host(_resolve(endpoint, container)) in LOOPBACK:
+            yield Violation(
+                f"rendezvous at {_resolve(endpoint, container)}: every pod connects to itself",
+                at,
+            )
+        backend, _ = commandline.flag(words, *RDZV_BACKEND)
+        rank, _ = commandline.flag(words, *NODE_RANK)
+        static = backend in (None, "static")
+        if static and rank is not None and rank.isdigit() and (pod.replicas or 0) > 1:
+            yield Violation(
+                f"--node-rank={rank} in a template of {pod.replicas} pods: they all claim "
+                "the same rank",
+                at,
+            )
+    if pod.doc.kind in KUBEFLOW_RENDEZVOUS:
+        return  # the operator's MASTER_ADDR comes after the template's and wins
+    for index, container in enumerate(pod.containers):
+        address = env_of(container).get("MASTER_ADDR")
+        if address is not None and _host(address) in LOOPBACK:
+            yield Violation(
+                f"MASTER_ADDR={address} in a job of several pods: every pod connects to itself",
+                pod.container_path(index),
+            )
+
+
+@pod_rule(
+    id="rendezvous-host-resolves",
+    severity=ERROR,
+    title="Rendezvous hostnames are ones the pods really get",
+    why="A pod of an Indexed Job is reachable as <job>-<index>.<subdomain> only when its "
+    "template sets spec.subdomain and a headless Service of that name exists; a JobSet's pods "
+    "as <jobset>-<replicated job>-<job index>-<pod index>.<subdomain> only with DNS hostnames "
+    "enabled (the default) and the right names. A rendezvous address that does not resolve "
+    "leaves every rank retrying until the timeout.",
+    fix="Use the hostname the controller gives rank 0's pod, set spec.subdomain (and a "
+    "headless Service) for Indexed Jobs, and keep JobSet network.enableDNSHostnames on.",
+)
+def host_resolves(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    if pod.doc.kind not in ("Job", "JobSet"):
+        return
+    for index, container in enumerate(pod.containers):
+        for address in _addresses(container):
+            if _unresolved(address):
+                continue
+            host = _host(address).lower()
+            at = pod.container_path(index)
+            if pod.doc.kind == "Job":
+                yield from _job_host(pod, host, at, ctx)
+            else:
+                yield from _jobset_host(pod, host, at)
+
+
+def _addresses(container: dict[str, Any]) -> list[str]:
+    found = []
+    if commandline.runs_torchrun(container):
+        value, _ = commandline.flag(commandline.words(container), *ENDPOINTS)
+        if value is not None:
+            found.append(_resolve(value, container))
+    env = env_of(container)
+    for name in ("MASTER_ADDR", "PET_MASTER_ADDR", "PET_RDZV_ENDPOINT"):
+        if env.get(name):
+            found.append(_resolve(env[name], container))
+    return list(dict.fromkeys(found))
+
+
+def _job_host(pod: PodTemplate, host: str, at: tuple, ctx: Context) -> Iterator[Violation]:
+    match = re.fullmatch(rf"{re.escape(pod.doc.name)}-\d+\.([a-z0-9-]+)(\..*)?", host)
+    if match is None:
+        return
+    wanted = match.group(1)
+    subdomain = pod.spec.get("subdomain")
+    if subdomain != wanted:
+        detail = f"spec.subdomain is {subdomain!r}" if subdomain else "no spec.subdomain"
+        yield Violation(f"{host} resolves only with spec.subdomain {wanted!r} ({detail})", at)
+    elif ctx.find("Service", wanted, pod.doc.namespace or None) is None:
+        yield Violation(
+            f"{host} needs a headless Service {wanted!r}, which this render does not define",
+            at,
+            severity=WARNING,
+        )
+
+
+def _jobset_host(pod: PodTemplate, host: str, at: tuple) -> Iterator[Violation]:
+    name = pod.doc.name
+    if not host.startswith(f"{name}-"):
+        return
+    spec = mapping(pod.doc.obj.get("spec"))
+    network = mapping(spec.get("network"))
+    match = re.fullmatch(rf"{re.escape(name)}-([a-z0-9-]+)-\d+-\d+\.([a-z0-9-]+)(\..*)?", host)
+    if match is None:
+        return
+    job, subdomain = match.group(1), match.group(2)
+    jobs = [mapping(j).get("name") for j in spec.get("replicatedJobs") or []]
+    if network.get("enableDNSHostnames") is False:
+        yield Violation(
+            f"{host}: network.enableDNSHostnames is false, so the pods get no DNS records", at
+        )
+    if job not in jobs:
+        yield Violation(f"{host} names replicated job {job!r}; the JobSet has {jobs}", at)
+    wanted = network.get("subdomain") or name
+    if subdomain != wanted:
+        yield Violation(f"{host} uses subdomain {subdomain!r}; the JobSet's is {wanted!r}", at)
 
 
 def _replicas(doc: Document, role: str) -> int | None:
@@ -47,71 +348,6 @@ def _replicas(doc: Document, role: str) -> int | None:
         return 0
     count = mapping(specs[role]).get("replicas", 1)
     return count if is_int(count) else None
-
-
-@resource_rule(
-    id="torchrun-nnodes",
-    severity=ERROR,
-    title="torchrun --nnodes agrees with the job's replicas",
-    why="A hard-coded --nnodes that differs from the number of pods makes rendezvous wait "
-    "forever for nodes that never come, or start without some of them. The operator already "
-    "passes the right value in PET_NNODES.",
-    fix="Drop --nnodes (torchrun reads PET_NNODES), or make it Master + Worker replicas (min:max "
-    "of elasticPolicy for elastic jobs).",
-    kinds=("PyTorchJob",),
-)
-def nnodes(doc: Document, ctx: Context) -> Iterator[Violation]:
-    spec = doc.obj.get("spec") or {}
-    elastic = spec.get("elasticPolicy") or {}
-    master, worker = _replicas(doc, "Master"), _replicas(doc, "Worker")
-    if master is None or worker is None:
-        return  # a replica count that is not a number: the schema check reports it
-    total = master + worker
-    for pod in ctx.pods(doc):
-        for index, container in enumerate(pod.containers):
-            words = _torchrun_words(container)
-            value, _ = _flag(words or [], "--nnodes")
-            if value is None or value.startswith("$"):
-                continue
-            at = pod.container_path(index)
-            if elastic:
-                low = elastic.get("minReplicas", elastic.get("maxReplicas"))
-                high = elastic.get("maxReplicas", low)
-                expected = f"{low}:{high}"
-                if value not in (expected, str(high)) and value != f"{low}:{high}":
-                    yield Violation(f"--nnodes={value} but elasticPolicy allows {expected}", at)
-            elif value != str(total):
-                yield Violation(f"--nnodes={value} but the job has {total} pods", at)
-
-
-@resource_rule(
-    id="torchrun-nproc-per-node",
-    severity=ERROR,
-    title="Processes per node match the GPUs each pod gets",
-    why="With more processes than GPUs, ranks share a GPU (or crash on CUDA device ordinals); "
-    "with fewer, GPUs sit idle for the whole run.",
-    fix="Set spec.nprocPerNode (and any --nproc_per_node) to the GPUs in the container's limits.",
-    kinds=("PyTorchJob",),
-)
-def nproc_per_node(doc: Document, ctx: Context) -> Iterator[Violation]:
-    spec = doc.obj.get("spec") or {}
-    declared = spec.get("nprocPerNode") or (spec.get("elasticPolicy") or {}).get("nProcPerNode")
-    for pod in ctx.pods(doc):
-        for index, container in enumerate(pod.containers):
-            gpus = gpu_count(container)
-            if not gpus:
-                continue
-            value, _ = _flag(
-                _torchrun_words(container) or [], "--nproc_per_node", "--nproc-per-node"
-            )
-            for source, given in (("--nproc_per_node", value), ("nprocPerNode", declared)):
-                if given is None or str(given) in ("gpu", "auto") or str(given).startswith("$"):
-                    continue
-                if str(given) != str(gpus):
-                    yield Violation(
-                        f"{source}={given} but the container gets {gpus} GPUs",
-                        pod.container_path(index),
-                    )
 
 
 @resource_rule(
@@ -129,10 +365,8 @@ def rendezvous(doc: Document, ctx: Context) -> Iterator[Violation]:
     has_master = _replicas(doc, "Master") != 0
     for pod in ctx.pods(doc):
         for index, container in enumerate(pod.containers):
-            words = _torchrun_words(container) or argv(container)
-            value, _ = _flag(
-                words, "--rdzv_endpoint", "--rdzv-endpoint", "--master_addr", "--master-addr"
-            )
+            words = commandline.words(container)
+            value, _ = commandline.flag(words, *ENDPOINTS)
             if value is None:
                 continue
             at = pod.container_path(index)
@@ -147,21 +381,36 @@ def rendezvous(doc: Document, ctx: Context) -> Iterator[Violation]:
                 yield Violation(f"{value} names another job's master (this job is {doc.name})", at)
 
 
-@resource_rule(
+@pod_rule(
     id="elastic-rdzv-id",
     severity=ERROR,
-    title="Elastic jobs set their own rendezvous id",
-    why="torchrun's default rendezvous id is the literal 'none': elastic jobs sharing a "
-    "rendezvous backend can join each other's groups.",
-    fix="Set spec.elasticPolicy.rdzvId to something unique per job (its name).",
-    kinds=("PyTorchJob",),
+    title="Jobs sharing an etcd rendezvous set their own rendezvous id",
+    why="torchrun's default rendezvous id is the literal 'none'. With the etcd backends the "
+    "rendezvous state lives on a server other jobs use too, keyed by that id: jobs that keep "
+    "the default join each other's groups or fail with RendezvousClosedError (pytorch#82160). "
+    "The c10d backend keeps its state in the job's own store, so it needs no id.",
+    fix="Set spec.elasticPolicy.rdzvId (or --rdzv-id) to something unique per job (its name).",
 )
-def rdzv_id(doc: Document, ctx: Context) -> Iterator[Violation]:
-    elastic = (doc.obj.get("spec") or {}).get("elasticPolicy")
-    if isinstance(elastic, dict) and not elastic.get("rdzvId"):
-        yield Violation(
-            "elasticPolicy has no rdzvId (torchrun uses 'none')", ("spec", "elasticPolicy")
-        )
+def rdzv_id(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    elastic = mapping(pod.doc.obj.get("spec")).get("elasticPolicy")
+    if pod.doc.kind == "PyTorchJob" and isinstance(elastic, dict):
+        first = ctx.pods(pod.doc)[0] is pod  # the job has one policy: report it once
+        shared = str(elastic.get("rdzvBackend", "")).startswith("etcd")
+        if first and shared and not elastic.get("rdzvId"):
+            yield Violation(
+                f"elasticPolicy uses rdzvBackend {elastic['rdzvBackend']} without rdzvId "
+                "(torchrun uses 'none')",
+                ("spec", "elasticPolicy"),
+            )
+        return
+    for index, _, words in _words(pod):
+        backend, _ = commandline.flag(words, *RDZV_BACKEND)
+        shared = backend is not None and backend.startswith("etcd")
+        if shared and not commandline.has_flag(words, *RDZV_ID):
+            yield Violation(
+                f"--rdzv-backend={backend} without --rdzv-id (torchrun uses 'none')",
+                pod.container_path(index),
+            )
 
 
 @pod_rule(
@@ -175,17 +424,14 @@ def rdzv_id(doc: Document, ctx: Context) -> Iterator[Violation]:
 )
 def packed_argument(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):
+        script = commandline.shell_script(container)
         for key in ("command", "args"):
             words = container.get(key)
             if not isinstance(words, list):
                 continue
-            shell_script = None
-            full = argv(container)
-            if full and full[0].rsplit("/", 1)[-1] in SHELLS and "-c" in full:
-                shell_script = full.index("-c") + 1
             offset = 0 if key == "command" else len(container.get("command") or [])
             for position, word in enumerate(words):
-                if shell_script is not None and offset + position == shell_script:
+                if script is not None and offset + position == script[0]:
                     continue
                 if isinstance(word, str) and _FLAG_VALUE.match(word):
                     yield Violation(
@@ -205,17 +451,14 @@ def packed_argument(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 )
 def shell_without_exec(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):
-        words = argv(container)
-        if not words or words[0].rsplit("/", 1)[-1] not in SHELLS or "-c" not in words:
+        script = commandline.shell_script(container)
+        if script is None:
             continue
-        position = words.index("-c") + 1
-        script = words[position] if position < len(words) else ""
+        text = script[1]
         for launcher in ("torchrun", "trainer-launch", "mpirun", "python -m torch.distributed.run"):
-            if launcher in script and f"exec {launcher}" not in script:
+            if launcher in text and f"exec {launcher}" not in text:
                 yield Violation(
-                    f"the shell starts {launcher} without exec",
-                    pod.container_path(index),
-                    severity=WARNING,
+                    f"the shell starts {launcher} without exec", pod.container_path(index)
                 )
                 break
 
@@ -232,16 +475,15 @@ def shell_without_exec(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     kinds=("PyTorchJob",),
 )
 def exitcode_policy_launcher(doc: Document, ctx: Context) -> Iterator[Violation]:
-    replicas = (doc.obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    replicas = mapping(mapping(doc.obj.get("spec")).get("pytorchReplicaSpecs"))
     for pod in ctx.pods(doc):
-        replica = replicas.get(pod.role) if isinstance(replicas, dict) else None
+        replica = replicas.get(pod.role)
         if not isinstance(replica, dict) or replica.get("restartPolicy") != "ExitCode":
             continue
         for index, container in enumerate(pod.containers):
-            words = _torchrun_words(container)
-            if words is None or any(
-                w.endswith(("trainer-launch", "trainer.launch")) for w in words
-            ):
+            if not commandline.runs_torchrun(container):
+                continue
+            if commandline.runs(container, ("trainer-launch", "trainer.launch")):
                 continue
             yield Violation(
                 f"{pod.role} restarts on exit codes, but torchrun exits 1 for every failure",

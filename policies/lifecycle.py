@@ -11,7 +11,7 @@ from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import REPLICA_FIELDS, PodTemplate, argv, env_of, is_int, mapping
 
 from . import common
-from .launch import TORCHRUN
+from .commandline import TORCHRUN
 
 # What an MPI worker runs when it only waits for mpirun (kubectl exec or SSH).
 IDLE_COMMANDS = ("sleep infinity", "sleep inf", "sshd", "tail -f /dev/null")

@@ -34,18 +34,24 @@ def sets_nccl_env(pod: PodTemplate) -> bool:
     return bool(_nccl_env(pod))
 
 
-KNOWN_NAMES = nccl.KNOWN | set(nccl.DEPRECATED) | set(nccl.REMOVED) | set(nccl.NOT_NCCL)
+KNOWN_NAMES = (
+    nccl.KNOWN
+    | set(nccl.DEPRECATED)
+    | set(nccl.REMOVED)
+    | set(nccl.NOT_NCCL)
+    | set(nccl.TORCH_ALIASES)
+)
 
 
 @pod_rule(
     id="nccl-not-a-variable",
     severity=ERROR,
     title="No made-up NCCL_* variables",
-    why="Blog posts spread variables NCCL never reads (NCCL_TIMEOUT, NCCL_SOCKET_TIMEOUT, "
-    "NCCL_ASYNC_ERROR_HANDLING...). Setting them changes nothing while everyone believes the "
-    "timeout or error handling was configured.",
+    why="Blog posts spread variables that neither NCCL nor PyTorch reads (NCCL_TIMEOUT, "
+    "NCCL_SOCKET_TIMEOUT, NCCL_CONNECT_TIMEOUT). Setting them changes nothing while everyone "
+    "believes the timeout was configured.",
     fix="Use what actually exists: init_process_group(timeout=...) for the collective timeout, "
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING / TORCH_NCCL_BLOCKING_WAIT for PyTorch's handling.",
+    "NCCL_SOCKET_RETRY_CNT for socket retries.",
     applies=sets_nccl_env,
 )
 def not_a_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
@@ -83,8 +89,10 @@ def unknown_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     id="nccl-deprecated-variable",
     severity=WARNING,
     title="No deprecated NCCL variables",
-    why="Deprecated variables still work today and stop working in a later NCCL release, "
-    "usually unnoticed.",
+    why="Deprecated variables still work today and stop working in a later release, usually "
+    "unnoticed: NCCL's own (NCCL_MIN_NCHANNELS...) and PyTorch's pre-2.2 names "
+    "(NCCL_ASYNC_ERROR_HANDLING, NCCL_BLOCKING_WAIT), which PyTorch still reads as aliases "
+    "of TORCH_NCCL_* with a deprecation warning.",
     fix="Use the replacement named in the finding.",
     applies=sets_nccl_env,
 )
@@ -95,6 +103,13 @@ def deprecated_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
                 f"{name} is deprecated; use {nccl.DEPRECATED[name]}",
                 at,
                 fix=f"Replace it with {nccl.DEPRECATED[name]}.",
+            )
+        elif name in nccl.TORCH_ALIASES:
+            new = nccl.TORCH_ALIASES[name]
+            yield Violation(
+                f"{name} is PyTorch's deprecated alias of {new} (still read, with a warning)",
+                at,
+                fix=f"Rename it to {new}.",
             )
 
 
@@ -116,11 +131,12 @@ def removed_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     id="nccl-invalid-value",
     severity=ERROR,
     title="NCCL variables have values NCCL accepts",
-    why="NCCL ignores a level it does not recognise (NCCL_NET_GDR_LEVEL=5) and clamps or "
-    "rejects out-of-range numbers, so the job runs with settings nobody chose.",
-    fix="Use a documented value: levels LOC, PIX, PXB, PHB, SYS (or 0-4), NCCL_IB_TIMEOUT "
-    "0-31, NCCL_IB_RETRY_CNT 0-7, NCCL_DEBUG VERSION|WARN|INFO|TRACE, NCCL_PROTO LL, LL128, "
-    "Simple.",
+    why="NCCL silently keeps its default for a level it does not recognise (level names are "
+    "case-sensitive: NCCL_P2P_LEVEL=nvl is ignored) and clamps or rejects out-of-range "
+    "numbers, so the job runs with settings nobody chose.",
+    fix="Use a documented value: levels LOC, NVL, PIX, PXB, PHB, SYS... in capitals (or the "
+    "legacy integers, 4 and above meaning SYS), NCCL_IB_TIMEOUT 0-31, NCCL_IB_RETRY_CNT 0-7, "
+    "NCCL_DEBUG VERSION|WARN|INFO|TRACE, NCCL_PROTO LL, LL128, Simple.",
     applies=sets_nccl_env,
 )
 def invalid_value(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:

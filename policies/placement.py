@@ -3,16 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from fractions import Fraction
+from typing import Any
 
+from trainops.admission import quantity
 from trainops.model import ERROR, INFO, WARNING, Document
 from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
-from trainops.policy.pods import REPLICA_FIELDS, PodTemplate
+from trainops.policy.pods import (
+    REPLICA_FIELDS,
+    PodTemplate,
+    dicts,
+    effective_labels,
+    is_int,
+    mapping,
+    resources,
+)
 
-from . import common
+from . import commandline, common
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+# Workload kinds Kueue (or Volcano) queues by a label or field on the workload itself.
+QUEUED_KINDS = (
+    *REPLICA_FIELDS,
+    "Job",
+    "JobSet",
+    "LeaderWorkerSet",
+    "Deployment",
+    "StatefulSet",
+    "Pod",
+    "TrainJob",
+    "ClusterTrainingRuntime",
+    "TrainingRuntime",
+)
 
 
 def _selects_gpu_nodes(pod: PodTemplate) -> bool:
@@ -49,6 +73,29 @@ def gpu_node_placement(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
         yield Violation("no toleration for the nvidia.com/gpu taint", pod.path, severity=INFO)
 
 
+def _selects_own_labels(term: dict, labels: dict) -> bool:
+    """The selector matches the pod's own labels (so its own pods, maybe others' too)."""
+    selector = term.get("labelSelector") or {}
+    match_labels = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    if not match_labels and not expressions:
+        return False
+    if any(str(labels.get(k)) != str(v) for k, v in match_labels.items()):
+        return False
+    for expression in expressions:
+        key, operator = expression.get("key"), expression.get("operator")
+        values = [str(v) for v in expression.get("values") or []]
+        if operator == "In" and str(labels.get(key)) not in values:
+            return False
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "NotIn" and str(labels.get(key)) in values:
+            return False
+        if operator == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
 def _selects_this_job(term: dict, job: str) -> bool:
     if JOB_NAME_LABEL in (term.get("matchLabelKeys") or []):
         return True
@@ -78,15 +125,16 @@ def _terms(pod: PodTemplate) -> Iterator[tuple[tuple, dict]]:
     severity=ERROR,
     title="Topology spread and pod affinity count this job's pods",
     why="A constraint whose selector names another job (a template's name after a run renamed "
-    "the job) or no job at all balances against unrelated pods: the job's own ranks are not "
-    "kept together or apart.",
+    "the job), or matches none of the pod's own labels, balances against unrelated pods: the "
+    "job's own ranks are not kept together or apart.",
     fix=f"Select {JOB_NAME_LABEL} of this job, or use matchLabelKeys: [{JOB_NAME_LABEL}] so "
     "the selector follows the job name.",
     kinds=tuple(REPLICA_FIELDS),
 )
 def selects_own_pods(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    labels = effective_labels(pod)
     for at, term in _terms(pod):
-        if not _selects_this_job(term, pod.doc.name):
+        if not _selects_this_job(term, pod.doc.name) and not _selects_own_labels(term, labels):
             selector = (term.get("labelSelector") or {}).get("matchLabels") or {}
             other = selector.get(JOB_NAME_LABEL)
             detail = f"job {other}" if other else "pods of any job"
@@ -110,9 +158,14 @@ def placement_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
         yield Violation("no topology spread or pod affinity for the job's pods", pod.path)
 
 
-def _total_pods(doc: Document) -> int:
-    specs = (doc.obj.get("spec") or {}).get(REPLICA_FIELDS.get(doc.kind, "")) or {}
-    return sum(int(r.get("replicas", 1)) for r in specs.values() if isinstance(r, dict))
+def _total_pods(doc: Document, ctx: Context) -> int | None:
+    """Pods the job runs (None when a replica count is not a number: the schema reports it)."""
+    total = 0
+    for pod in ctx.pods(doc):
+        if pod.replicas is None:
+            return None
+        total += pod.replicas
+    return total
 
 
 @resource_rule(
@@ -121,21 +174,44 @@ def _total_pods(doc: Document) -> int:
     title="Gang scheduling waits for every pod of the job",
     why="minAvailable below the number of pods lets the scheduler start part of a job whose "
     "ranks all have to be there: the placed pods hold GPUs and wait for the rest. Above it, "
-    "the job never starts.",
-    fix="Set runPolicy.schedulingPolicy.minAvailable to the sum of all replicas.",
-    kinds=tuple(REPLICA_FIELDS),
+    "the job never starts (Volcano's webhook refuses it).",
+    fix="Set runPolicy.schedulingPolicy.minAvailable (a Volcano Job's spec.minAvailable) to "
+    "the number of pods the job runs.",
+    kinds=(*REPLICA_FIELDS, "Job"),
 )
 def gang_min_available(doc: Document, ctx: Context) -> Iterator[Violation]:
-    policy = (((doc.obj.get("spec") or {}).get("runPolicy") or {}).get("schedulingPolicy")) or {}
-    wanted = policy.get("minAvailable")
-    if wanted is None:
+    spec = mapping(doc.obj.get("spec"))
+    if doc.kind == "Job":
+        if not doc.api_version.startswith("batch.volcano.sh/"):
+            return
+        wanted, at = spec.get("minAvailable"), ("spec", "minAvailable")
+    else:
+        policy = mapping(mapping(spec.get("runPolicy")).get("schedulingPolicy"))
+        wanted, at = policy.get("minAvailable"), ("spec", "runPolicy", "schedulingPolicy")
+        at = (*at, "minAvailable")
+    total = _total_pods(doc, ctx)
+    if not is_int(wanted) or total is None or wanted == total:
         return
-    total = _total_pods(doc)
-    if wanted != total:
+    if wanted > total:
+        yield Violation(f"minAvailable is {wanted} but the job has only {total} pods", at)
+    elif doc.kind != "Job" or _all_ranks(doc, ctx):
         yield Violation(
-            f"minAvailable is {wanted} but the job has {total} pods",
-            ("spec", "runPolicy", "schedulingPolicy", "minAvailable"),
+            f"minAvailable is {wanted} but the job has {total} pods that all have to run",
+            at,
+            severity=ERROR if doc.kind != "Job" else WARNING,
         )
+
+
+def _all_ranks(doc: Document, ctx: Context) -> bool:
+    """Every pod of the job is a rank of one distributed launch (torchrun, mpirun...)."""
+    return any(
+        commandline.runs(c, commandline.LAUNCHERS) for p in ctx.pods(doc) for c in p.containers
+    )
+
+
+def queue_label(doc: Document) -> str | None:
+    value = mapping(doc.metadata.get("labels")).get(KUEUE_LABEL)
+    return str(value) if value else None
 
 
 @resource_rule(
@@ -145,29 +221,100 @@ def gang_min_available(doc: Document, ctx: Context) -> Iterator[Violation]:
     why="Kueue leaves a job whose LocalQueue does not exist suspended forever; Volcano rejects "
     "a PodGroup for a missing queue. Either way nothing starts and nothing fails.",
     fix="Create the LocalQueue (Kueue) or Queue (Volcano), or correct the name.",
-    kinds=(*REPLICA_FIELDS, "TrainJob", "ClusterTrainingRuntime", "TrainingRuntime"),
+    kinds=QUEUED_KINDS,
 )
 def queue_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
     # Only where the queues would be visible: a cluster render, or one that defines queues.
-    queue = (doc.metadata.get("labels") or {}).get(KUEUE_LABEL)
+    queue = queue_label(doc)
     kueue_visible = ctx.has_platform or bool(ctx.of_kind("LocalQueue"))
-    if (
-        queue
-        and kueue_visible
-        and ctx.find("LocalQueue", str(queue), doc.namespace or None) is None
-    ):
+    if queue and kueue_visible and ctx.find("LocalQueue", queue, doc.namespace or None) is None:
         yield Violation(
             f"no LocalQueue {queue!r} in namespace {doc.namespace or 'default'}",
             ("metadata", "labels", KUEUE_LABEL),
         )
-    spec = doc.obj.get("spec") or {}
-    path = ("spec", "runPolicy", "schedulingPolicy", "queue")
-    volcano = ((spec.get("runPolicy") or {}).get("schedulingPolicy") or {}).get("queue")
-    if doc.kind in ("ClusterTrainingRuntime", "TrainingRuntime"):
+    spec = mapping(doc.obj.get("spec"))
+    policy = mapping(mapping(spec.get("runPolicy")).get("schedulingPolicy"))
+    volcano, at = policy.get("queue"), ("spec", "runPolicy", "schedulingPolicy", "queue")
+    if doc.api_version.startswith("batch.volcano.sh/"):
+        volcano, at = spec.get("queue"), ("spec", "queue")
+    elif doc.kind in ("ClusterTrainingRuntime", "TrainingRuntime"):
         # Trainer v2 gives its Volcano PodGroup the queue the runtime's template names.
-        path = ("spec", "template", "metadata", "annotations", VOLCANO_QUEUE_ANNOTATION)
-        annotations = ((spec.get("template") or {}).get("metadata") or {}).get("annotations")
-        volcano = (annotations or {}).get(VOLCANO_QUEUE_ANNOTATION)
+        at = ("spec", "template", "metadata", "annotations", VOLCANO_QUEUE_ANNOTATION)
+        annotations = mapping(mapping(spec.get("template")).get("metadata")).get("annotations")
+        volcano = mapping(annotations).get(VOLCANO_QUEUE_ANNOTATION)
     volcano_visible = ctx.has_platform or bool(ctx.of_kind("Queue"))
-    if volcano and volcano_visible and ctx.find("Queue", str(volcano)) is None:
-        yield Violation(f"no Volcano Queue {volcano!r}", path)
+    if (
+        volcano
+        and volcano != "default"
+        and volcano_visible
+        and ctx.find("Queue", str(volcano)) is None
+    ):
+        yield Violation(f"no Volcano Queue {volcano!r}", at)
+
+
+@resource_rule(
+    id="kueue-quota-fits",
+    severity=ERROR,
+    title="A queued job fits the quota of the ClusterQueue behind its LocalQueue",
+    why="Kueue admits a pod set only when one flavor's quota (plus what the queue may borrow "
+    "from its cohort) holds all of it at once: a job that needs more GPUs than its queue can "
+    "ever have stays suspended with 'couldn't assign flavors' and never fails (kueue#4848 "
+    "covers the other half: resources no group covers, see kueue-covers-requests).",
+    fix="Send the job to a queue with enough quota, put the queue in a cohort it can borrow "
+    "from, or shrink the job.",
+    kinds=QUEUED_KINDS,
+)
+def kueue_quota_fits(doc: Document, ctx: Context) -> Iterator[Violation]:
+    queue = queue_label(doc)
+    local = ctx.find("LocalQueue", queue, doc.namespace or None) if queue else None
+    name = mapping(local.obj.get("spec")).get("clusterQueue") if local is not None else None
+    cluster = ctx.find("ClusterQueue", str(name)) if name else None
+    if cluster is None:
+        return
+    spec = mapping(cluster.obj.get("spec"))
+    if spec.get("cohort") or spec.get("cohortName"):
+        return  # it may borrow: the cohort's other queues decide
+    groups = dicts(spec.get("resourceGroups"))
+    at = ("metadata", "labels", KUEUE_LABEL)
+    for pod in ctx.pods(doc):
+        if pod.replicas is None:
+            continue
+        for resource, per_pod in sorted(kueue_requests(pod).items()):
+            most = _largest_quota(groups, resource)
+            need = per_pod * pod.replicas
+            if most is not None and need > most:
+                yield Violation(
+                    f"{pod.role} needs {_show(need)} {resource} at once; ClusterQueue "
+                    f"{cluster.name} has at most {_show(most)} in one flavor and no cohort "
+                    "to borrow from: the workload is never admitted",
+                    at,
+                )
+
+
+def kueue_requests(pod: PodTemplate) -> dict[str, Fraction]:
+    """What Kueue counts for one pod: requests of its containers, a limit where the request
+    is unset (the API server copies it)."""
+    total: dict[str, Fraction] = {}
+    for container in pod.containers:
+        limits, requests = resources(container, "limits"), resources(container, "requests")
+        for name in {*limits, *requests}:
+            value = quantity.parse(requests.get(name, limits.get(name)))
+            if value:
+                total[str(name)] = total.get(str(name), Fraction(0)) + value
+    return total
+
+
+def _largest_quota(groups: list[dict[str, Any]], resource: str) -> Fraction | None:
+    best: Fraction | None = None
+    for group in groups:
+        for flavor in dicts(group.get("flavors")):
+            for entry in dicts(flavor.get("resources")):
+                if entry.get("name") == resource:
+                    quota = quantity.parse(entry.get("nominalQuota"))
+                    if quota is not None and (best is None or quota > best):
+                        best = quota
+    return best
+
+
+def _show(value: Fraction) -> str:
+    return str(int(value)) if value.denominator == 1 else f"{float(value):g}"

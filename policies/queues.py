@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from trainops.model import ERROR, Document
 from trainops.policy.engine import EVERY_KIND, Context, Violation, pod_rule, resource_rule
-from trainops.policy.pods import PodTemplate, dicts, mapping, resources
+from trainops.policy.pods import POD_KINDS, PodTemplate, dicts, mapping, resources
 
 from . import common
 
@@ -56,6 +56,8 @@ def unmanaged_kind(doc: Document, ctx: Context) -> Iterator[Violation]:
     queue = _queue_label(doc)
     if queue is None or (doc.api_version, doc.kind) in KUEUE_MANAGED:
         return
+    if doc.kind not in POD_KINDS:
+        return  # a Service or ConfigMap labelled along with its job starts nothing
     yield Violation(
         f"{doc.kind} {doc.api_version} carries {QUEUE_LABEL}: {queue}, but Kueue does not "
         "manage this kind: it starts without quota",

@@ -60,8 +60,12 @@ def _wanted_resource(pod: PodTemplate, ctx: Context) -> str:
 )
 def ipc_lock(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):
-        if not common.rdma_resources(container):
+        found = common.rdma_resources(container)
+        if not found:
             continue
+        named_rdma = any(common.RDMA_ONLY.search(name) for name in found)
+        if not named_rdma and not common.on_rdma_fabric(pod, ctx):
+            continue  # an SR-IOV netdevice VF: no memory registration
         security = container.get("securityContext") or {}
         caps = (security.get("capabilities") or {}).get("add") or []
         has_lock = "IPC_LOCK" in caps or "CAP_IPC_LOCK" in caps

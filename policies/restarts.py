@@ -17,14 +17,23 @@ from trainops.policy.pods import REPLICA_FIELDS
     "GPU-hours. A job with backoffLimit 0, restartPolicy Never or a tiny maxRestarts fails "
     "for good on the first one, although it could resume from its last checkpoint.",
     fix="Use restartPolicy ExitCode (or OnFailure) on every replica; size "
-    "elasticPolicy.maxRestarts (and, with OnFailure, runPolicy.backoffLimit) with `trainops "
-    "plan`. Under ExitCode backoffLimit counts nothing (see backoff-limit-exitcode).",
-    kinds=tuple(REPLICA_FIELDS),
+    "elasticPolicy.maxRestarts (and, with OnFailure, runPolicy.backoffLimit; a JobSet's "
+    "failurePolicy.maxRestarts) with `trainops plan`. Under ExitCode backoffLimit counts "
+    "nothing (see backoff-limit-exitcode).",
+    kinds=(*REPLICA_FIELDS, "JobSet"),
 )
 def restart_budget(doc: Document, ctx: Context) -> Iterator[Violation]:
     spec = doc.obj.get("spec") or {}
     pods = ctx.pods(doc)
     if not any(p.uses_gpus for p in pods) or sum(p.replicas or 1 for p in pods) < 2:
+        return
+    if doc.kind == "JobSet":
+        restarts = (spec.get("failurePolicy") or {}).get("maxRestarts", 0)
+        if restarts == 0:
+            yield Violation(
+                "no failurePolicy.maxRestarts: the first failed Job fails the whole JobSet",
+                ("spec", "failurePolicy") if "failurePolicy" in spec else ("spec",),
+            )
         return
     for pod in pods:
         replica = ((spec.get(REPLICA_FIELDS[doc.kind]) or {}).get(pod.role)) or {}

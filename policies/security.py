@@ -9,6 +9,8 @@ from trainops.model import ERROR, WARNING, Document
 from trainops.policy.engine import Context, Violation, pod_rule, render_rule, resource_rule
 from trainops.policy.pods import GPU_RESOURCES, PodTemplate, resources
 
+# A whole value that a template tool or a reader replaces: $VAR, ${VAR}, {{ .x }}, <token>.
+PLACEHOLDER = re.compile(r"^(\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\{\{.*\}\}|<[^<>]+>)$")
 FLOATING_TAGS = {"latest", "main", "master", "nightly", "edge", "dev", "stable"}
 SECRET_NAME = re.compile(
     r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)$", re.I
@@ -157,6 +159,8 @@ def secret_literal(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
             if not isinstance(entry, dict) or not isinstance(entry.get("value"), str):
                 continue
             name, value = str(entry.get("name", "")), entry["value"]
+            if PLACEHOLDER.match(value.strip()):
+                continue  # filled in by envsubst/Helm at deploy time: not in Git
             if (SECRET_NAME.search(name) and value.strip()) or SECRET_VALUE.match(value.strip()):
                 yield Violation(
                     f"{name} holds a literal secret value",

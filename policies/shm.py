@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING
 from trainops.policy.engine import Context, Violation, pod_rule
-from trainops.policy.pods import PodTemplate, resources
+from trainops.policy.pods import PodTemplate, env_of, gpu_count, resources
 from trainops.profile.model import quantity_bytes
 
-from . import common
+from . import commandline, common
 
 
 def _shm(pod: PodTemplate) -> tuple[int, dict | None]:
@@ -20,17 +21,64 @@ def _shm(pod: PodTemplate) -> tuple[int, dict | None]:
     return -1, None
 
 
+def shares_memory(pod: PodTemplate) -> bool:
+    """Processes of one pod exchange data through /dev/shm: NCCL between two or more GPUs
+    of a container, or DataLoader worker processes."""
+    return pod.memo(
+        "shares-memory",
+        lambda: any(
+            gpu_count(c) >= 2 or commandline.dataloader_workers(c) > 0 for c in pod.containers
+        ),
+    )
+
+
+# Kinds and programs known to move data between a pod's GPUs with NCCL.
+NCCL_KINDS = ("PyTorchJob", "TFJob", "PaddleJob", "JAXJob", "TrainJob")
+NCCL_PROGRAMS = re.compile(
+    r"torchrun|torch\.distributed|deepspeed|accelerate|horovod|vllm|sglang|text-generation"
+    r"|trtllm|tensorrt_llm|megatron|nemo|trainer|nccl",
+    re.IGNORECASE,
+)
+
+
+def uses_nccl(pod: PodTemplate) -> bool:
+    """The pod evidently runs NCCL: a kind or launcher that does, or NCCL_* variables."""
+    if pod.doc.kind in NCCL_KINDS or pod.runtime is not None:
+        return True
+    for container in pod.containers:
+        if any(str(name).startswith("NCCL_") for name in env_of(container)):
+            return True
+        if any(NCCL_PROGRAMS.search(word) for word in commandline.words(container)):
+            return True
+        if commandline.runs(container, ("tune",)):  # torchtune's launcher runs torchrun
+            return True
+    return False
+
+
+def _why_shared(pod: PodTemplate) -> str:
+    gpus = max((gpu_count(c) for c in pod.containers), default=0)
+    if gpus >= 2 and uses_nccl(pod):
+        return f"{gpus} GPUs in one container share NCCL buffers there"
+    if gpus >= 2:
+        return f"{gpus} GPUs in one container (if their processes talk over NCCL or shared memory)"
+    workers = max(commandline.dataloader_workers(c) for c in pod.containers)
+    return f"{workers} DataLoader workers pass batches through it"
+
+
 @pod_rule(
     id="dev-shm-missing",
     severity=ERROR,
-    title="GPU training pods mount a memory-backed /dev/shm",
-    why="A container's /dev/shm defaults to 64 MiB. NCCL's shared-memory transport and "
-    "DataLoader workers outgrow it and fail with bus errors or fall back to slower paths, "
-    "while the pod looks healthy. hostIPC: true is not a substitute: it shares the node's "
-    "IPC namespace with every other pod there.",
+    title="Pods whose processes share memory mount a memory-backed /dev/shm",
+    why="A container's /dev/shm defaults to 64 MiB. NCCL between the GPUs of one container "
+    "creates its shared-memory segments there and DataLoader worker processes pass batches "
+    "through it: both outgrow 64 MiB and fail (bus errors, 'failed to extend /dev/shm') "
+    "while the pod looks healthy. A one-GPU pod without DataLoader workers does not need it; "
+    "for a multi-GPU program not known to use NCCL the finding is a warning. "
+    "hostIPC: true is not a substitute: it shares the node's IPC namespace with every other "
+    "pod there.",
     fix="Mount an emptyDir with medium: Memory and a sizeLimit at /dev/shm (8Gi per GPU is a "
     "good start).",
-    applies=common.gpu_pod,
+    applies=shares_memory,
 )
 def dev_shm_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if pod.partial:
@@ -43,16 +91,24 @@ def dev_shm_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
             (*pod.path, "hostIPC"),
         )
     else:
-        yield Violation("no volume is mounted at /dev/shm (containers get 64 MiB)", pod.path)
+        dataloader = any(commandline.dataloader_workers(c) for c in pod.containers)
+        certain = dataloader or uses_nccl(pod)
+        yield Violation(
+            f"no volume is mounted at /dev/shm (containers get 64 MiB) and {_why_shared(pod)}",
+            pod.path,
+            severity=None if certain else WARNING,
+        )
 
 
 @pod_rule(
     id="dev-shm-not-memory",
-    severity=ERROR,
+    severity=WARNING,
     title="/dev/shm is a memory-backed emptyDir with a size limit",
-    why="A /dev/shm on a disk-backed emptyDir or a hostPath is not shared memory; without "
-    "sizeLimit a memory-backed one can grow until the node's memory runs out. Memory-backed "
-    "volumes count against the container's memory limit.",
+    why="A disk-backed emptyDir at /dev/shm puts shared memory on the node's disk (page "
+    "cache, written back); a hostPath /dev/shm is the node's own tmpfs, shared with every pod "
+    "that mounts it and limited by nobody; a memory-backed emptyDir without sizeLimit can "
+    "grow until the node's memory runs out. Memory-backed volumes count against the "
+    "container's memory limit.",
     fix="emptyDir: {medium: Memory, sizeLimit: <size>}, and a memory limit above it.",
 )
 def dev_shm_not_memory(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
@@ -62,6 +118,13 @@ def dev_shm_not_memory(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     name = volume.get("name")
     at = (*pod.path, "volumes", pod.volumes().index(volume))
     empty_dir = volume.get("emptyDir")
+    if isinstance(volume.get("hostPath"), dict):
+        yield Violation(
+            f"/dev/shm volume {name!r} is the node's /dev/shm (hostPath): shared with other "
+            "pods on the node, with no limit of its own",
+            at,
+        )
+        return
     if not isinstance(empty_dir, dict):
         kind = next((k for k in volume if k != "name"), "unknown")
         yield Violation(f"/dev/shm volume {name!r} is a {kind}, not a memory-backed emptyDir", at)
@@ -70,7 +133,7 @@ def dev_shm_not_memory(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
         yield Violation(f"/dev/shm volume {name!r} is disk-backed (no medium: Memory)", at)
     size = empty_dir.get("sizeLimit")
     if size is None:
-        yield Violation(f"/dev/shm volume {name!r} has no sizeLimit", at, severity=WARNING)
+        yield Violation(f"/dev/shm volume {name!r} has no sizeLimit", at)
         return
     container = pod.containers[index]
     limit = resources(container, "limits").get("memory")
@@ -83,7 +146,6 @@ def dev_shm_not_memory(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
             f"/dev/shm sizeLimit {size} is not below the container's memory limit {limit}: "
             "filling it gets the pod OOM-killed",
             (*at, "emptyDir", "sizeLimit"),
-            severity=WARNING,
         )
 
 

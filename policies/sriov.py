@@ -1,5 +1,5 @@
-"""SR-IOV networks: every VF a pod requests is attached, and NCCL looks for the VFs'
-device names, not the host's."""
+"""SR-IOV networks: NADs name their VF resource, every VF a pod requests is attached and
+every attachment has its VF, and NCCL looks for the VFs' device names, not the host's."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections import Counter
 from collections.abc import Iterator
 
 from trainops import multus
-from trainops.model import ERROR
-from trainops.policy.engine import Context, Violation, pod_rule
+from trainops.model import ERROR, Document
+from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import PodTemplate, env_index, env_of, mapping, resources
 
 from . import common
@@ -92,3 +92,48 @@ def hca_exact_vf(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
                 "SR-IOV VFs with other names",
                 (*pod.container_path(index), "env", env_index(container, "NCCL_IB_HCA")),
             )
+
+
+@resource_rule(
+    id="nad-sriov-resource-name",
+    severity=ERROR,
+    title="SR-IOV networks name the device-plugin resource their VFs come from",
+    why="The SR-IOV CNI configures the VF the device plugin allocated to the pod; Multus "
+    "finds it through the NAD's k8s.v1.cni.cncf.io/resourceName annotation. Without it no "
+    "device reaches the CNI and every pod fails to start with 'VF pci addr is required' "
+    "(sriov-network-device-plugin#258).",
+    fix="Annotate the NAD with k8s.v1.cni.cncf.io/resourceName: <the resource in the device "
+    "plugin's config, e.g. nvidia.com/sriov_rdma_vf>.",
+    kinds=("NetworkAttachmentDefinition",),
+)
+def nad_resource_name(doc: Document, ctx: Context) -> Iterator[Violation]:
+    cni, _ = multus.config(doc.obj)
+    kinds = set(multus.types(cni)) & VF_TYPES if cni else set()
+    if kinds and not mapping(doc.metadata.get("annotations")).get(multus.RESOURCE_ANNOTATION):
+        yield Violation(
+            f"{'/'.join(sorted(kinds))} network without {multus.RESOURCE_ANNOTATION}",
+            ("metadata", "annotations"),
+        )
+
+
+@pod_rule(
+    id="network-device-count",
+    severity=ERROR,
+    title="Pods request a VF for every SR-IOV attachment",
+    why="Each attachment to an SR-IOV network takes one VF of the network's resource from the "
+    "pod's requests: two attachments with one VF requested leave the second without a "
+    "device, and the pod never gets past sandbox creation (the reverse of "
+    "sriov-vfs-attached).",
+    fix="Request as many VFs (in limits) as the pod has attachments to networks of that resource.",
+)
+def network_device_count(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    attached = _vf_networks(pod, ctx)
+    at = (*pod.path[:-1], "metadata", "annotations", multus.ANNOTATION)
+    for resource, count in sorted(attached.items()):
+        requested = sum(_count(c, resource) for c in pod.containers)
+        if 0 < requested < count:
+            yield Violation(
+                f"{count} attachments need {resource} but the pod requests {requested}", at
+            )
+        elif requested == 0 and not pod.uses_gpus:  # GPU pods: rdma-resource-missing says it
+            yield Violation(f"{count} attachment(s) need {resource} but the pod requests none", at)

@@ -222,6 +222,8 @@ def test_pinning_is_recognised():
     assert parse_remote("github.com/a/b/x?ref=0123456789abcdef0123").pinned
     assert not parse_remote("github.com/a/b/x?ref=main").pinned
     assert not parse_remote("github.com/a/b/x").pinned
+    release = parse_remote("https://github.com/a/b/releases/download/v0.12.0/manifests.yaml")
+    assert release.pinned and (release.ref, release.path) == ("v0.12.0", "manifests.yaml")
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema_rs
@@ -149,6 +150,26 @@ def test_committed_training_operator_schemas_match_their_crds(trainops):
     assert len(crds) == 6
     run = trainops("schemas", "import", "--check", *map(str, crds), "-o", str(REPO / "schemas"))
     assert run.code == 0, run.out
+
+
+def test_committed_schemas_match_the_vendored_crds(trainops):
+    """crds/ holds upstream CRDs pinned by commit; `make schemas` imports them."""
+    sets = sorted(p for p in (REPO / "crds").iterdir() if p.is_dir())
+    assert {p.name.split("-v")[0] for p in sets} >= {
+        "volcano",
+        "lws",
+        "nvidia-dra-driver-gpu",
+        "kueue",
+        "network-operator",
+    }
+    for directory in sets:
+        assert re.search(r"\(commit [0-9a-f]{40}\)", (directory / "SOURCE.md").read_text())
+    crds = sorted(str(p) for directory in sets for p in directory.glob("*.yaml"))
+    run = trainops("schemas", "import", "--check", *crds, "-o", str(REPO / "schemas"))
+    assert run.code == 0, run.out
+    for kind in ("batch.volcano.sh/job_v1alpha1", "leaderworkerset.x-k8s.io/leaderworkerset_v1"):
+        assert (REPO / "schemas" / f"{kind}-strict.json").is_file()
+    assert (REPO / "schemas" / "resource.nvidia.com/computedomain_v1beta1-strict.json").is_file()
 
 
 def test_every_required_kind_has_a_committed_schema():

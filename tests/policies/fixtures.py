@@ -447,15 +447,6 @@ def _name(value: str) -> Callable[[Docs], None]:
     return change
 
 
-def _container_name(docs: Docs) -> None:
-    for spec in pods_of(job(docs)):
-        spec["containers"][0]["name"] = "trainer"
-
-
-def _two_masters(docs: Docs) -> None:
-    job(docs)["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
-
-
 def _elastic_bounds(docs: Docs) -> None:
     job(docs, elastic=True)["spec"]["elasticPolicy"]["minReplicas"] = 5
 
@@ -609,20 +600,322 @@ def _service(selector: dict[str, str]) -> Callable[[Docs], None]:
     return change
 
 
+def _without_subdomain(doc: dict[str, Any]) -> dict[str, Any]:
+    del doc["spec"]["template"]["spec"]["subdomain"]
+    return doc
+
+
+def _generate_name(doc: dict[str, Any], hook: bool) -> dict[str, Any]:
+    doc["metadata"]["generateName"] = doc["metadata"].pop("name") + "-"
+    if hook:
+        doc["metadata"]["annotations"] = {"argocd.argoproj.io/hook": "Sync"}
+    return doc
+
+
 def _bad_exemption(docs: Docs) -> None:
     job(docs)["metadata"]["annotations"] = {"trainops.dev/exempt-no-such-rule": "because"}
 
 
+def _etcd_without_id(docs: Docs) -> None:
+    elastic = job(docs, elastic=True)["spec"]["elasticPolicy"]
+    elastic.update(rdzvBackend="etcd", rdzvHost="etcd.training", rdzvPort=2379)
+    del elastic["rdzvId"]
+
+
+def _one_gpu(docs: Docs) -> None:
+    _no_shm(docs)
+    job(docs)["spec"]["nprocPerNode"] = "1"
+    for spec in pods_of(job(docs)):
+        spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 1
+
+
+def indexed_job(pods: int = 4, **changes: Any) -> dict[str, Any]:
+    """An Indexed Job of `pods` pods running torchrun, rank 0 reached through its subdomain."""
+    template = pod("trainer")
+    spec = template["spec"]
+    spec.update(subdomain="ddp", restartPolicy="Never")
+    spec["containers"][0]["command"] = ["torchrun"]
+    spec["containers"][0]["args"] = [
+        f"--nnodes={pods}",
+        "--nproc-per-node=8",
+        "--node-rank=$(JOB_COMPLETION_INDEX)",
+        "--master-addr=ddp-0.ddp",
+        "--master-port=29500",
+        "-m",
+        "trainer",
+    ]
+    job_spec = {
+        "completionMode": "Indexed",
+        "completions": pods,
+        "parallelism": pods,
+        "backoffLimit": 0,
+        "template": template,
+        **changes,
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "ddp", "namespace": NAMESPACE},
+        "spec": job_spec,
+    }
+
+
+def headless(name: str = "ddp") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"clusterIP": "None", "selector": {"job-name": name}},
+    }
+
+
+def jobset(host: str = "llm-workers-0-0.llm", **network: Any) -> dict[str, Any]:
+    template = pod("trainer")
+    template["spec"]["containers"][0]["command"] = ["torchrun"]
+    template["spec"]["containers"][0]["args"] = [
+        "--nnodes=4",
+        "--nproc-per-node=8",
+        "--node-rank=$(JOB_COMPLETION_INDEX)",
+        f"--master-addr={host}",
+        "-m",
+        "trainer",
+    ]
+    spec: dict[str, Any] = {
+        "failurePolicy": {"maxRestarts": 10},
+        "replicatedJobs": [
+            {
+                "name": "workers",
+                "replicas": 1,
+                "template": {"spec": {"parallelism": 4, "completions": 4, "template": template}},
+            }
+        ],
+    }
+    if network:
+        spec["network"] = network
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "llm", "namespace": NAMESPACE},
+        "spec": spec,
+    }
+
+
+def _jobset_container(docs: Docs) -> dict[str, Any]:
+    js = next(d for d in docs if d["kind"] == "JobSet")
+    return js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+
+
+def with_jobset(change: Callable[[dict[str, Any]], None] | None = None) -> Callable[[], Docs]:
+    def build() -> Docs:
+        docs = [*platform(), jobset()]
+        if change is not None:
+            change(_jobset_container(docs))
+        return docs
+
+    return build
+
+
+def _arg(index: int, value: str) -> Callable[[dict[str, Any]], None]:
+    def change(container: dict[str, Any]) -> None:
+        container["args"][index] = value
+
+    return change
+
+
+def _env_entries(*entries: tuple[str, str]) -> Callable[[dict[str, Any]], None]:
+    def change(container: dict[str, Any]) -> None:
+        container["env"] = [*container["env"], *({"name": n, "value": v} for n, v in entries)]
+
+    return change
+
+
+def deployment(replicas: int | None = 2, gpus: int = 0, **strategy: Any) -> dict[str, Any]:
+    resources = {"cpu": "1", "memory": "2Gi", **({"nvidia.com/gpu": gpus} if gpus else {})}
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": {"app": "serve"}},
+        "template": {
+            "metadata": {"labels": {"app": "serve"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "serve",
+                        "image": "registry.example.com/serve:2.1.0",
+                        "resources": {"requests": resources, "limits": resources},
+                    }
+                ]
+            },
+        },
+    }
+    if replicas is not None:
+        spec["replicas"] = replicas
+    if strategy:
+        spec["strategy"] = strategy
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "serve", "namespace": NAMESPACE},
+        "spec": spec,
+    }
+
+
+def hpa() -> dict[str, Any]:
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "serve", "namespace": NAMESPACE},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "serve"},
+            "minReplicas": 1,
+            "maxReplicas": 4,
+        },
+    }
+
+
+def storage_class(name: str, provisioner: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": provisioner,
+    }
+
+
+def _checkpoint_class(name: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        docs.append(storage_class("gp3", "ebs.csi.aws.com"))
+        docs.append(storage_class("cephfs", "cephfs.csi.ceph.com"))
+        docs[1]["spec"]["storageClassName"] = name
+
+    return change
+
+
+def _read_only_checkpoints(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        spec["containers"][0]["volumeMounts"][0]["readOnly"] = True
+
+
+def _hf_home(path: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        for spec in pods_of(job(docs)):
+            spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"] = True
+            spec["containers"][0]["volumeMounts"].append({"name": "tmp", "mountPath": "/tmp"})
+            spec["volumes"].append({"name": "tmp", "emptyDir": {}})
+        set_env(job(docs), "HF_HOME", path)
+
+    return change
+
+
+def cluster_queue(covered: tuple[str, ...], gpus: str = "64") -> dict[str, Any]:
+    quota = {"cpu": "1024", "memory": "16Ti", "nvidia.com/gpu": gpus, "nvidia.com/roce_vf": "16"}
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "training"},
+        "spec": {
+            "resourceGroups": [
+                {
+                    "coveredResources": list(covered),
+                    "flavors": [
+                        {
+                            "name": "gpu",
+                            "resources": [{"name": r, "nominalQuota": quota[r]} for r in covered],
+                        }
+                    ],
+                }
+            ]
+        },
+    }
+
+
+ALL_COVERED = ("cpu", "memory", "nvidia.com/gpu", "nvidia.com/roce_vf")
+
+
+def _with(*documents: dict[str, Any]) -> Callable[[Docs], None]:
+    return lambda docs: docs.extend(copy.deepcopy(list(documents)))
+
+
+def appset(go: bool, path: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "generators": [
+            {
+                "git": {
+                    "repoURL": "https://github.com/example-org/trainops.git",
+                    "revision": "main",
+                    "directories": [{"path": "overlays/*/runs/*"}],
+                }
+            }
+        ],
+        "template": {
+            "metadata": {"name": "{{.path.basename}}" if go else "{{path.basename}}"},
+            "spec": {
+                "project": "runs",
+                "source": {"repoURL": "https://github.com/example-org/trainops.git", "path": path},
+                "destination": {"name": "prod", "namespace": NAMESPACE},
+            },
+        },
+    }
+    if go:
+        spec["goTemplate"] = True
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "ApplicationSet",
+        "metadata": {"name": "runs", "namespace": "argocd"},
+        "spec": spec,
+    }
+
+
+def _second_network(request: int) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        docs.append(nad("storage-net", "10.50.0.0/16"))
+        for spec in pods_of(job(docs)):
+            spec["containers"][0]["resources"]["limits"]["nvidia.com/roce_vf"] = request
+        for replica in job(docs)["spec"]["pytorchReplicaSpecs"].values():
+            annotations = replica["template"]["metadata"]["annotations"]
+            annotations["k8s.v1.cni.cncf.io/networks"] = "training-net,storage-net"
+
+    return change
+
+
+def _nad_without_resource(docs: Docs) -> None:
+    del docs[0]["metadata"]["annotations"]
+
+
+def volcano_job(plugins: dict[str, list[str]]) -> dict[str, Any]:
+    def task(name: str, replicas: int) -> dict[str, Any]:
+        template = pod("trainer")
+        del template["metadata"]["annotations"]
+        container = template["spec"]["containers"][0]
+        container["command"] = ["/bin/sh", "-c", "exec mpirun --hostfile /etc/volcano/worker.host"]
+        container["resources"]["limits"].pop("nvidia.com/roce_vf")
+        container.pop("securityContext")
+        return {"name": name, "replicas": replicas, "template": template}
+
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "vc", "namespace": NAMESPACE},
+        "spec": {
+            "minAvailable": 3,
+            "schedulerName": "volcano",
+            "plugins": plugins,
+            "tasks": [task("launcher", 1), task("worker", 2)],
+        },
+    }
+
+
 # rule id -> (failing render, passing render)
 FIXTURES: dict[str, tuple[Callable[[], Docs], Callable[[], Docs]]] = {
-    "dev-shm-missing": (edit(_no_shm), baseline),
+    "dev-shm-missing": (edit(_no_shm), edit(_one_gpu)),
     "dev-shm-not-memory": (edit(_disk_shm), baseline),
     "host-ipc": (edit(_host_ipc_daemon), baseline),
     "nccl-not-a-variable": (edit(_env_var("NCCL_TIMEOUT", "1800")), baseline),
     "nccl-unknown-variable": (edit(_env_var("NCCL_SOCKET_IFNAMES", "net1")), baseline),
     "nccl-deprecated-variable": (edit(_env_var("NCCL_MIN_NCHANNELS", "4")), baseline),
     "nccl-removed-variable": (edit(_env_var("NCCL_TREE_THRESHOLD", "0")), baseline),
-    "nccl-invalid-value": (edit(_env_var("NCCL_NET_GDR_LEVEL", "5")), baseline),
+    "nccl-invalid-value": (
+        edit(_env_var("NCCL_P2P_LEVEL", "nvl")),
+        edit(_env_var("NCCL_P2P_LEVEL", "5")),
+    ),
     "nccl-ib-hca-prefix": (edit(_env_var("NCCL_IB_HCA", "mlx5_1")), baseline),
     "nccl-socket-ifname": (edit(_ifname("net2")), baseline),
     "nccl-ib-disabled-with-rdma": (edit(_env_var("NCCL_IB_DISABLE", "1")), baseline),
@@ -657,13 +950,11 @@ FIXTURES: dict[str, tuple[Callable[[], Docs], Callable[[], Docs]]] = {
         edit(_torchrun_args("--rdzv-endpoint=$(MASTER_ADDR):29500", elastic=True)),
         edit(_torchrun_args("--rdzv-endpoint=llama-master-0:29500")),
     ),
-    "elastic-rdzv-id": (edit(_no_rdzv_id), baseline),
+    "elastic-rdzv-id": (edit(_etcd_without_id), edit(_no_rdzv_id)),
     "argument-packs-flag-and-value": (edit(_packed), baseline),
     "shell-without-exec": (edit(_shell_without_exec), baseline),
     "exitcode-policy-launcher": (edit(_plain_torchrun), edit(_plain_torchrun_on_failure)),
-    "job-name-dns1035": (edit(_name("Llama_7B")), baseline),
-    "replica-container-name": (edit(_container_name), baseline),
-    "pytorchjob-replicas": (edit(_two_masters), baseline),
+    "job-name-length": (edit(_name("l" * 56)), edit(_name("l" * 50))),
     "elastic-policy": (edit(_elastic_bounds), baseline),
     "mpi-slots": (edit(_slots), baseline),
     "gpu-node-placement": (edit(_no_gpu_selector), baseline),
@@ -689,6 +980,58 @@ FIXTURES: dict[str, tuple[Callable[[], Docs], Callable[[], Docs]]] = {
         only(lambda: big_crd(True), lambda: widget(True)),
     ),
     "policy-exemption": (edit(_bad_exemption), baseline),
+    "torchrun-multinode-args": (
+        with_jobset(_arg(2, "--node-rank=0")),
+        with_jobset(_arg(2, "--node-rank=$(JOB_COMPLETION_INDEX)")),
+    ),
+    "rendezvous-host-resolves": (
+        only(lambda: _without_subdomain(indexed_job()), headless),
+        only(indexed_job, headless),
+    ),
+    "env-reference-undefined": (
+        only(lambda: indexed_job(completionMode="NonIndexed"), headless),
+        only(indexed_job, headless),
+    ),
+    "args-shell-variable": (
+        with_jobset(_arg(2, "--node-rank=${JOB_COMPLETION_INDEX}")),
+        with_jobset(),
+    ),
+    "gpu-visibility-env": (
+        with_jobset(_env_entries(("CUDA_VISIBLE_DEVICES", "0"))),
+        with_jobset(_env_entries(("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7"))),
+    ),
+    "resource-quantity-empty": (
+        with_jobset(lambda c: c["resources"]["limits"].update({"nvidia.com/roce_vf": None})),
+        with_jobset(),
+    ),
+    "kueue-quota-fits": (
+        edit(_with(cluster_queue(ALL_COVERED, gpus="16"))),
+        edit(_with(cluster_queue(ALL_COVERED))),
+    ),
+    "pvc-access-mode-unsupported": (
+        edit(_checkpoint_class("gp3")),
+        edit(_checkpoint_class("cephfs")),
+    ),
+    "read-only-write-path": (edit(_read_only_checkpoints), edit(_hf_home("/tmp/hf"))),
+    "hpa-replicas-in-git": (only(lambda: deployment(2), hpa), only(lambda: deployment(None), hpa)),
+    "argocd-generate-name": (
+        only(lambda: _generate_name(indexed_job(), hook=False), headless),
+        only(lambda: _generate_name(indexed_job(), hook=True), headless),
+    ),
+    "appset-template-syntax": (
+        only(lambda: appset(True, "{{.path}}")),
+        only(lambda: appset(True, "{{.path.path}}")),
+    ),
+    "nad-sriov-resource-name": (edit(_nad_without_resource), baseline),
+    "network-device-count": (edit(_second_network(1)), edit(_second_network(2))),
+    "volcano-plugin-files": (
+        only(lambda: volcano_job({"ssh": []})),
+        only(lambda: volcano_job({"ssh": [], "svc": []})),
+    ),
+    "rollout-needs-spare-capacity": (
+        only(lambda: deployment(1, gpus=8)),
+        only(lambda: deployment(1, gpus=8, type="Recreate")),
+    ),
 }
 # remote-base-pinned needs a kustomization on disk; tests/policies/test_rules.py builds one.
 RENDER_FIXTURES = {"remote-base-pinned"}

@@ -1,7 +1,8 @@
 """Generates the reference parts of docs/ from the code, so they cannot drift.
 
 `python -m trainops.docs` rewrites docs/cli.md (every command's --help),
-docs/policies.md (every rule's id, severity, why and fix), the profile key
+docs/policies.md (every rule's id, severity, why, fix and the real manifests it fires on
+and stays quiet on, policies/examples.yaml), the profile key
 table in docs/overlays.md and the doctor's findings in docs/runbook.md (between
 their GENERATED markers);
 `--check` only reports what is stale. tests/test_docs.py runs the check.
@@ -9,6 +10,7 @@ their GENERATED markers);
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -91,12 +93,67 @@ def policy_reference(pack: Path) -> str:
         "|---|---|---|",
     ]
     lines += [f"| [`{r.id}`](#{r.id}) | {r.severity} | {r.title} |" for r in rules]
+    examples = _examples(pack)
     for rule in rules:
         lines += ["", f"## {rule.id}", "", f"**{rule.title}** ({rule.severity})", ""]
         if rule.kinds:
             lines += [f"Applies to: {', '.join(rule.kinds)}.", ""]
         lines += [f"Why: {rule.why}", "", f"Fix: {rule.fix}"]
+        if rule.id in examples:
+            lines += ["", examples[rule.id]]
     return "\n".join(lines) + "\n"
+
+
+_SOURCE = re.compile(r"https://github\.com/(\S+) at (\S+) \(commit ([0-9a-f]{12})")
+
+
+def _examples(pack: Path) -> dict[str, str]:
+    """Rule id -> the line naming the real manifests it fires on and stays quiet on
+    (pack/examples.yaml; tests/test_rule_examples.py checks them)."""
+    path = pack / "examples.yaml"
+    if not path.is_file():
+        return {}
+    import yaml
+
+    root = pack.parent
+    cases = {c["name"]: c for c in yaml.safe_load((root / "tests/heldout/cases.yaml").read_text())}
+    out = {}
+    for rule, entry in yaml.safe_load(path.read_text()).items():
+        if "fires" in entry:
+            fires = f"fires on {_manifest(root, entry['fires'])}"
+        elif "case" in entry:
+            case = cases[entry["case"]]
+            fires = (
+                "no manifest of the corpus has this problem; the held-out case "
+                f"`{case['name']}` ({case['source']}) shows it"
+            )
+        else:
+            fires = "no manifest of the corpus has this problem; its fixture shows it"
+        if "quiet" in entry:
+            quiet = f"quiet on {_manifest(root, entry['quiet'])}"
+        else:
+            quiet = f"quiet on the good variant of held-out case `{entry['quiet_case']}`"
+        out[rule] = f"Seen on: {fires}; {quiet}."
+    return out
+
+
+def _manifest(root: Path, path: str) -> str:
+    """`path` and where it comes from (its corpus set's SOURCE.md)."""
+    parts = Path(path).parts
+    if parts[:2] == ("tests", "corpus"):
+        source = (root / "tests" / "corpus" / parts[2] / "SOURCE.md").read_text()
+        found = _SOURCE.search(source)
+        if found:
+            repo, ref, commit = found.groups()
+            pinned = ref if ref.startswith(commit) else f"{ref}, {commit}"
+            return f"`{path}` ({repo} {pinned})"
+    if parts[:2] == ("tests", "seeds"):
+        return f"`{path}` (a reference article's manifest)"
+    if parts[0] == "upstream":
+        return f"`{path}` (../shared/upstream)"
+    if parts[0] == "crds":
+        return f"`{path}` (vendored upstream CRD)"
+    return f"`{path}` (this repository)"
 
 
 def doctor_findings() -> str:

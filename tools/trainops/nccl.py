@@ -61,13 +61,16 @@ NOT_NCCL = {
     "and the collective timeout is init_process_group(timeout=...)",
     "NCCL_CONNECT_TIMEOUT": "NCCL has no such variable; the collective timeout is "
     "init_process_group(timeout=...)",
-    "NCCL_ASYNC_ERROR_HANDLING": "PyTorch reads TORCH_NCCL_ASYNC_ERROR_HANDLING (the old name "
-    "without TORCH_ is gone)",
-    "NCCL_BLOCKING_WAIT": "PyTorch reads TORCH_NCCL_BLOCKING_WAIT (the old name without TORCH_ "
-    "is gone)",
+}
+# PyTorch's names before 2.2 (pytorch#114077): still read as deprecated aliases.
+TORCH_ALIASES = {
+    "NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "NCCL_BLOCKING_WAIT": "TORCH_NCCL_BLOCKING_WAIT",
 }
 
-LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS")
+# Path types ncclGetLevel (src/graph/paths.cc) compares NCCL_P2P_LEVEL and
+# NCCL_NET_GDR_LEVEL against, case-sensitively; older releases know fewer of them.
+LEVELS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
 DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 SUBSYSTEMS = (
     "INIT",
@@ -93,16 +96,16 @@ PROTOCOLS = ("LL", "LL128", "SIMPLE")
 _INT = re.compile(r"^-?\d+$")
 
 
-def _level(allow_nvl: bool) -> Callable[[str], str | None]:
-    def check(value: str) -> str | None:
-        upper = value.upper()
-        allowed = (*LEVELS, "NVL") if allow_nvl else LEVELS
-        if upper in allowed or (_INT.match(value) and 0 <= int(value) <= 4):
-            return None
-        names = ", ".join(allowed)
-        return f"{value!r} is not a level ({names}, or 0-4): NCCL ignores it silently"
-
-    return check
+def _level(value: str) -> str | None:
+    """A path-type name, or a legacy integer: 0-3 LOC, PIX, PXB, PHB; 4 or more SYS."""
+    if value in LEVELS or (_INT.match(value) and int(value) >= 0):
+        return None
+    if value.upper() in LEVELS:
+        return f"{value!r}: NCCL compares level names case-sensitively and keeps its default"
+    return (
+        f"{value!r} is not a level ({', '.join(LEVELS)}, or an integer: 0-3 for LOC, PIX, PXB, "
+        "PHB, 4 and above for SYS): NCCL keeps its default"
+    )
 
 
 def _int_range(low: int, high: int) -> Callable[[str], str | None]:
@@ -150,8 +153,8 @@ def _non_empty(value: str) -> str | None:
 
 
 VALUE_CHECKS: dict[str, Callable[[str], str | None]] = {
-    "NCCL_NET_GDR_LEVEL": _level(allow_nvl=False),
-    "NCCL_P2P_LEVEL": _level(allow_nvl=True),
+    "NCCL_NET_GDR_LEVEL": _level,
+    "NCCL_P2P_LEVEL": _level,
     "NCCL_IB_TIMEOUT": _int_range(0, 31),
     "NCCL_IB_RETRY_CNT": _int_range(0, 7),
     "NCCL_IB_GID_INDEX": _int_range(-1, 255),

@@ -97,6 +97,18 @@ OPERATOR_CHECKS: dict[tuple[str, str], Check] = {
 }
 
 
+# Mutating webhooks: what an operator fills in before the API server validates the object.
+DEFAULTS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): jobset.defaults,
+}
+
+
+def defaulted(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` as the operators' mutating webhooks pass it on (unchanged for most kinds)."""
+    mutate = DEFAULTS.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
+    return mutate(obj) if mutate is not None else obj
+
+
 def check(
     doc: Document, registry: Any, cel: bool = True, built_in: bool = True, schema_valid: bool = True
 ) -> list[Problem]:

@@ -51,8 +51,24 @@ def _dns1035(value: str, too_long_message: str) -> list[str]:
     ]
 
 
+def defaults(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` with what the JobSet mutating webhook (Default) fills in before validation
+    that a schema requires: the names of failure policy rules ("failurePolicyRule<i>")."""
+    rules = _dict(_dict(obj.get("spec")).get("failurePolicy")).get("rules")
+    if not isinstance(rules, list) or all(_dict(r).get("name") for r in rules):
+        return obj
+    named = [
+        {**rule, "name": f"failurePolicyRule{i}"}
+        if isinstance(rule, dict) and not rule.get("name")
+        else rule
+        for i, rule in enumerate(rules)
+    ]
+    spec = obj["spec"]
+    return {**obj, "spec": {**spec, "failurePolicy": {**spec["failurePolicy"], "rules": named}}}
+
+
 def check(obj: dict[str, Any]) -> Iterator[Problem]:
-    name = str(_dict(obj.get("metadata")).get("name") or "")
+    name = names.object_name(_dict(obj.get("metadata")))
     spec = _dict(obj.get("spec"))
     yield from check_spec(spec, name, ("spec",))
     claimed = volume_claims(spec)

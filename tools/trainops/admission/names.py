@@ -55,6 +55,20 @@ def max_length(limit: int) -> str:
     return f"must be no more than {limit} characters"
 
 
+# What the API server appends to metadata.generateName (5 random characters).
+GENERATED_SUFFIX = "xxxxx"
+
+
+def object_name(metadata: dict[str, Any]) -> str:
+    """The name the object will have: metadata.name, or generateName plus the 5 characters
+    the API server appends before admission."""
+    name = metadata.get("name")
+    if isinstance(name, str) and name:
+        return name
+    prefix = metadata.get("generateName")
+    return prefix + GENERATED_SUFFIX if isinstance(prefix, str) and prefix else ""
+
+
 @lru_cache(maxsize=8192)  # names and labels repeat across a render
 def dns1123_label(value: str) -> tuple[str, ...]:
     errors = [max_length(DNS1123_LABEL_MAX)] if len(value) > DNS1123_LABEL_MAX else []

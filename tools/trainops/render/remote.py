@@ -65,6 +65,10 @@ def parse_remote(url: str) -> RemoteRef | None:
     if host == "github.com" and len(segments) >= 5 and segments[2] in ("raw", "blob"):
         owner, repo, ref = segments[0], segments[1], segments[3]
         return RemoteRef(url, owner, repo, ref, "/".join(segments[4:]), True)
+    if host == "github.com" and len(segments) >= 6 and segments[2:4] == ["releases", "download"]:
+        # A release asset: the tag is part of the path.
+        owner, repo, ref = segments[0], segments[1], segments[4]
+        return RemoteRef(url, owner, repo, ref, "/".join(segments[5:]), True)
 
     path_text = parts.path
     if "//" in path_text.lstrip("/"):

@@ -42,8 +42,8 @@ def violations(doc: Document, registry: SchemaRegistry) -> list[Violation] | Non
         if not compiled.core:
             # The API server prunes null fields of a custom resource before validating
             # it (nullable ones excepted, which the schema already allows): a `command:`
-            # left empty is accepted, not an error.
-            obj = _without_nulls(obj)
+            # left empty is accepted, not an error. Mutating webhooks fill in defaults.
+            obj = as_applied(doc).obj
         if compiled.core or not compiled.validator.is_valid(obj):
             roots = (compiled.schema, compiled.definitions)
             found.extend(_describe(obj, roots, compiled.validator, ()))
@@ -82,7 +82,8 @@ def check_document(
         return "invalid", [to_finding(doc, missing)]
     findings = [to_finding(doc, v) for v in found]
     if cel or api_checks:
-        problems = admission.check(doc, registry, cel, api_checks, schema_valid=not found)
+        applied = as_applied(doc)
+        problems = admission.check(applied, registry, cel, api_checks, schema_valid=not found)
         findings.extend(
             to_finding(doc, Violation(p.path, p.message, p.fix), p.rule, p.severity)
             for p in problems
@@ -185,6 +186,25 @@ def _allowed_properties(roots: tuple[Any, ...], schema_path: list[Any]) -> list[
         if isinstance(node, dict) and isinstance(node.get("properties"), dict):
             return list(node["properties"])
     return []
+
+
+def as_applied(doc: Document) -> Document:
+    """The object the API server validates: null fields dropped (a custom resource's are
+    pruned; a built-in kind decodes them as unset), then the defaults operators' mutating
+    webhooks set. `doc` itself when neither changes it, which is the common case."""
+    obj = _without_nulls(doc.obj) if _has_null(doc.obj) else doc.obj
+    obj = admission.defaulted(obj)
+    if obj is doc.obj:
+        return doc
+    return Document(obj, doc.source, doc.file, doc.line, doc.text)
+
+
+def _has_null(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(v is None or _has_null(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_null(item) for item in value)
+    return False
 
 
 def _without_nulls(value: Any) -> Any:
