@@ -195,7 +195,7 @@ def test_new_cluster_names_every_missing_flag_at_once(trainops, workspace: Path)
     assert run.code == 2
     assert run.err.strip() == (
         "trainops: error: missing required flags: --gpus-per-node, --nodes, --image, "
-        "--storage-class, --hca, --rdma-resource (or give --from FILE)"
+        "--storage-class, --rdma-resource (or give --from FILE)"
     )
     tcp = trainops("new-cluster", "gpu-east", "--fabric", "tcp", "--nodes", "2", cwd=workspace)
     assert "--gpus-per-node, --image, --storage-class, --nic (or" in tcp.err

@@ -239,7 +239,8 @@ def test_each_nccl_variable_and_resource_has_its_own_key():
     file = "training/cluster/torchrun.yaml"
     timeout = [*container, "env", index["NCCL_IB_TIMEOUT"], "value"]
     assert generated_by(profile, file, 0, timeout) == "nccl.NCCL_IB_TIMEOUT"
-    assert generated_by(profile, file, 0, [*container, "env", index["NCCL_IB_HCA"]]) == "hca"
+    gid = [*container, "env", index["NCCL_IB_GID_INDEX"]]
+    assert generated_by(profile, file, 0, gid) == "gidIndex"
     gpus = [*container, "resources", "limits", "nvidia.com/gpu"]
     assert generated_by(profile, file, 0, gpus) == "gpusPerNode"
     text = (REPO / "overlays" / "prod-roce" / "cluster.yaml").read_text()
