@@ -270,11 +270,15 @@ def job_restart_budget(doc: Document, ctx: Context) -> Iterator[Violation]:
     if _volcano(doc):
         yield from _volcano_retries(doc, ctx)
         return
-    if doc.kind == "Job" or not _gang_gpu_job(doc, ctx):
+    if doc.kind == "Job":
+        return
+    runtime = doc.kind in common.RUNTIME_KINDS
+    # A runtime's pods multiply with each TrainJob's numNodes: its GPUs are enough.
+    if not (any(p.uses_gpus for p in ctx.pods(doc)) if runtime else _gang_gpu_job(doc, ctx)):
         return
     spec = mapping(doc.obj.get("spec"))
     at: tuple[Any, ...] = ("spec",)
-    if doc.kind in common.RUNTIME_KINDS:
+    if runtime:
         spec = mapping(mapping(spec.get("template")).get("spec"))
         at = ("spec", "template", "spec")
     policy = spec.get("failurePolicy")

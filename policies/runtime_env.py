@@ -71,7 +71,6 @@ _TOKEN = re.compile(r"[,:\[\]]|[^,:\[\]\s]+")
 DEBUG_SWITCHES = {
     "CUDA_LAUNCH_BLOCKING": ("1",),
     "TORCH_DISTRIBUTED_DEBUG": ("DETAIL",),
-    "TORCH_NCCL_BLOCKING_WAIT": ("1",),
 }
 
 
@@ -278,8 +277,7 @@ def _alloc_value(key: str, kind: str, value: str) -> str | None:
     title="Training pods run without debugging switches that slow every step",
     why="CUDA_LAUNCH_BLOCKING=1 makes every kernel launch synchronous (no overlap of compute "
     "with NCCL or data loading); TORCH_DISTRIBUTED_DEBUG=DETAIL wraps every collective with "
-    "a shape check of its own; TORCH_NCCL_BLOCKING_WAIT=1 makes the host wait for every "
-    "collective. Each is for debugging and costs a large share of throughput on a long run.",
+    "a shape check of its own. Both are for debugging and cost a large share of throughput on a long run.",
     fix="Remove the variable once the problem is found (or set it only on a debug run).",
     applies=common.gpu_trainer,
 )

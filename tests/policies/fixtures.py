@@ -1137,7 +1137,7 @@ def _runtime(name: str, policy: dict[str, Any], jobs: list[dict[str, Any]]) -> d
         "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "trainops"}},
         "spec": {
             "mlPolicy": {"numNodes": 1, **policy},
-            "template": {"spec": {"replicatedJobs": jobs}},
+            "template": {"spec": {"failurePolicy": {"maxRestarts": 6}, "replicatedJobs": jobs}},
         },
     }
 

@@ -115,7 +115,7 @@ def failure_modes(pack: Path) -> str:
     from trainops import failures
 
     components = failures.load(pack / "catalog")
-    kinds = _check_kinds(pack)
+    kinds = check_kinds(pack)
     unknown = sorted(set(failures.by_check(components)) - set(kinds))
     if unknown:
         raise ValueError(f"the catalog names checks that do not exist: {', '.join(unknown)}")
@@ -178,7 +178,7 @@ def failure_modes(pack: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _check_kinds(pack: Path) -> dict[str, str]:
+def check_kinds(pack: Path) -> dict[str, str]:
     """Every id a catalog entry may name -> policy | admission | doctor | diff."""
     import trainops.cli.doctor  # noqa: F401 - registers the doctor's checks
     from trainops import failures
