@@ -277,7 +277,8 @@ def _alloc_value(key: str, kind: str, value: str) -> str | None:
     title="Training pods run without debugging switches that slow every step",
     why="CUDA_LAUNCH_BLOCKING=1 makes every kernel launch synchronous (no overlap of compute "
     "with NCCL or data loading); TORCH_DISTRIBUTED_DEBUG=DETAIL wraps every collective with "
-    "a shape check of its own. Both are for debugging and cost a large share of throughput on a long run.",
+    "a shape check of its own. Both are for debugging and cost a large share of throughput "
+    "on a long run.",
     fix="Remove the variable once the problem is found (or set it only on a debug run).",
     applies=common.gpu_trainer,
 )

@@ -217,7 +217,8 @@ def transport_unknown(ctx: Context) -> Iterator[Found]:
     "Without GPUDirect RDMA every transfer is staged through host memory: several times "
     "slower on large messages.",
     "GPUDirect RDMA needs DMA-BUF (open GPU kernel modules, Linux 5.12 or later, CUDA 11.7 or "
-    "later) or nvidia-peermem from the GPU Operator, and NCCL_NET_GDR_LEVEL no lower than the GPU-NIC distance (PHB).",
+    "later) or nvidia-peermem from the GPU Operator, and NCCL_NET_GDR_LEVEL no lower than the "
+    "GPU-NIC distance (PHB).",
 )
 def no_gdr(ctx: Context) -> Iterator[Found]:
     e = ctx.expectation
