@@ -390,6 +390,20 @@ def sriov_network(kind: str, resource: str) -> dict[str, Any]:
     }
 
 
+def _attach_sriov_network(network_namespace: str) -> Callable[[Docs], None]:
+    """The PyTorchJob's pods also attach rail0, a network the SR-IOV operator writes."""
+
+    def change(docs: Docs) -> None:
+        network = sriov_network("SriovNetwork", "rail_rdma")
+        network["spec"]["networkNamespace"] = network_namespace
+        docs.append(network)
+        for replica in job(docs)["spec"]["pytorchReplicaSpecs"].values():
+            annotations = replica["template"]["metadata"]["annotations"]
+            annotations["k8s.v1.cni.cncf.io/networks"] = "training-net,rail0"
+
+    return change
+
+
 def nic_cluster_policy(*names: str) -> dict[str, Any]:
     config = {"configList": [{"resourceName": n, "rdmaHcaMax": 63} for n in names]}
     return {
@@ -695,6 +709,12 @@ MORE: dict[str, list[Pair]] = {
                 lambda: sriov_policy("rail_rdma"),
                 lambda: sriov_network("SriovNetwork", "rail_rdma"),
             ),
+        ),
+    ],
+    "multus-network-missing": [
+        (
+            edit(_attach_sriov_network("sriov-network-operator")),
+            edit(_attach_sriov_network(NAMESPACE)),
         ),
     ],
     "pod-security-level": [
