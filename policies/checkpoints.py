@@ -125,11 +125,13 @@ def dir_not_mounted(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     id="grace-period-short",
     severity=WARNING,
     title="Training pods have time to checkpoint on SIGTERM",
-    why="On eviction and on every torchrun restart, workers get SIGTERM and are killed 30 s "
-    "later; the pod's terminationGracePeriodSeconds (default 30) must cover that plus writing "
-    "an emergency checkpoint.",
-    fix="Set terminationGracePeriodSeconds above 30 s plus the checkpoint write time (120-300 s "
-    "is typical).",
+    why="On eviction the kubelet sends SIGTERM and kills the pod at the end of "
+    "terminationGracePeriodSeconds (30 s by default); torchrun passes the signal on and "
+    "SIGKILLs its workers after its own shutdown timeout (30 s unless set). An emergency "
+    "checkpoint has to fit in both: with the default grace period it cannot, whatever "
+    "torchrun allows.",
+    fix="Set terminationGracePeriodSeconds above the checkpoint write time (120-300 s is "
+    "typical), and torchrun's shutdown timeout to most of it (see shutdown-timeout-grace).",
     applies=common.gpu_trainer,
 )
 def grace_period(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:

@@ -72,6 +72,7 @@ def words(container: dict[str, Any]) -> list[str]:
     if script is None:
         return argv(container)
     index, text = script
+    text = text.replace("\\\n", " ")  # a shell joins a line ending in a backslash to the next
     try:
         split = shlex.split(text, comments=True)
     except ValueError:

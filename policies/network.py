@@ -36,13 +36,44 @@ def network_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if not ctx.has_platform and not ctx.of_kind("NetworkAttachmentDefinition"):
         return  # a manifest on its own: its networks are defined elsewhere
     for attachment, nad in common.attached_nads(pod, ctx):
-        if nad is None:
-            named = "/".join(part for part in (attachment.namespace, attachment.name) if part)
+        if nad is not None:
+            continue
+        named = "/".join(part for part in (attachment.namespace, attachment.name) if part)
+        generators = [g for g in ctx.of_kind(*NAD_GENERATORS) if g.name == attachment.name]
+        places = {_generated_namespace(g) for g in generators}
+        if attachment.namespace in places or (generators and not attachment.namespace):
+            continue  # the operator writes that NetworkAttachmentDefinition
+        if generators:
             yield Violation(
-                f"network {named} is not defined in this render (no "
-                "NetworkAttachmentDefinition with that name and namespace)",
+                f"network {named}: {generators[0].kind} {attachment.name} writes its "
+                f"NetworkAttachmentDefinition in namespace {sorted(places)[0]} "
+                "(spec.networkNamespace), not the pod's",
                 at,
             )
+            continue
+        yield Violation(
+            f"network {named} is not defined in this render (no "
+            "NetworkAttachmentDefinition with that name and namespace)",
+            at,
+        )
+
+
+# Custom resources whose operator writes a NetworkAttachmentDefinition of the same name:
+# SR-IOV Network Operator v1.6 (in spec.networkNamespace, else the object's namespace) and
+# NVIDIA Network Operator (cluster-scoped, in spec.networkNamespace, else default).
+NAD_GENERATORS = (
+    "SriovNetwork",
+    "SriovIBNetwork",
+    "MacvlanNetwork",
+    "HostDeviceNetwork",
+    "IPoIBNetwork",
+)
+
+
+def _generated_namespace(doc: Document) -> str:
+    spec = doc.obj.get("spec")
+    namespace = spec.get("networkNamespace") if isinstance(spec, dict) else None
+    return str(namespace or doc.namespace or "default")
 
 
 @resource_rule(

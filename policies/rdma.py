@@ -120,9 +120,10 @@ def _gpudirect_ready(policy: Document) -> bool:
     id="gpudirect-clusterpolicy",
     severity=WARNING,
     title="Pods expecting GPUDirect RDMA run where the ClusterPolicy provides it",
-    why="GPUDirect RDMA needs either DMA-BUF (the GPU Operator's open kernel modules) or the "
-    "legacy nvidia-peermem module (driver.rdma.enabled). Without either, NCCL silently "
-    "stages every transfer through host memory.",
+    why="GPUDirect RDMA needs either DMA-BUF (the GPU Operator's open kernel modules, on "
+    "nodes with Linux 5.12 or later and images with CUDA 11.7 or later) or the legacy "
+    "nvidia-peermem module (driver.rdma.enabled). Without either, NCCL silently stages every "
+    "transfer through host memory.",
     fix="Set driver.kernelModuleType: open (DMA-BUF) or driver.rdma.enabled: true in the "
     "ClusterPolicy, or stop expecting GPUDirect in the pods.",
 )

@@ -111,6 +111,10 @@ EXPECTED = {
         (DEEPSPEED, "nccl-socket-ifname"): "ranks attach net1 but nothing reaches them",
         (DEEPSPEED, "checkpoint-missing"): "no checkpoint volume for a multi-node job",
         (DEEPSPEED, "grace-period-short"): "default grace period",
+        (
+            DEEPSPEED,
+            "mpirun-hostfile",
+        ): "no --hostfile: under Open MPI 5 every rank runs on the launcher",
         (DEEPSPEED, "gpu-node-placement"): "no GPU node selection",
         (DEEPSPEED, "nccl-transport-evidence"): "NCCL_DEBUG never reaches the ranks",
         (ELASTIC, "webhook"): "the webhook refuses a PyTorchJob without a container named pytorch",
@@ -132,6 +136,10 @@ EXPECTED = {
             "shutdown-timeout-grace",
         ): "torchrun's 30 s shutdown timeout equals the 30 s default grace: no time to save",
         (LLM, "rendezvous-endpoint"): "$(MASTER_ADDR) in a Worker-only elastic job is never set",
+        (
+            LLM,
+            "elastic-metrics-under-gitops",
+        ): "an HPA from elasticPolicy.metrics fights Git's count",
         (LLM, "read-only-write-path"): "the Hugging Face cache is on the read-only /data mount",
         (LLM, "nccl-ib-hca-prefix"): "NCCL_IB_HCA=mlx5 selects every mlx5 device",
         (LLM, "rdma-ipc-lock"): "RDMA device without IPC_LOCK: memory registration fails",
@@ -143,6 +151,10 @@ EXPECTED = {
         (TF004, "nccl-transport-evidence"): "no NCCL_DEBUG",
         (TF004, "resources-set"): "GPUs only",
         (HOROVOD, "argument-packs-flag-and-value"): "'-x NCCL_DEBUG=INFO' as one element",
+        (
+            HOROVOD,
+            "mpirun-hostfile",
+        ): "no --hostfile: under Open MPI 5 every rank runs on the launcher",
         (HOROVOD, "image-pinned"): "horovod/horovod:latest-gpu",
         (HOROVOD, "run-ttl"): "a TTL under Argo CD self-heal re-runs the finished job",
         (HOROVOD, "checkpoint-missing"): "no checkpoint volume",

@@ -140,7 +140,17 @@ def mpijob() -> dict[str, Any]:
     launcher.pop("securityContext")
     launcher.pop("volumeMounts")
     forward = [w for name in [*NCCL, "TRAINER_CHECKPOINT_DIR"] for w in ("-x", name)]
-    launcher["command"] = ["mpirun", "--bind-to", "none", *forward, "python", "-m", "trainer"]
+    launcher["command"] = [
+        "mpirun",
+        "--hostfile",
+        "/etc/mpi/hostfile",
+        "--bind-to",
+        "none",
+        *forward,
+        "python",
+        "-m",
+        "trainer",
+    ]
     launcher["args"] = ["--model", "cnn"]
     worker_pod = pod("worker")
     worker_pod["spec"]["containers"][0]["command"] = ["/bin/sh", "-c", "sleep infinity"]
@@ -1055,7 +1065,17 @@ def _launcher_container(name: str) -> dict[str, Any]:
     launcher.pop("securityContext")
     launcher.pop("volumeMounts")
     forward = [w for name in [*NCCL, "TRAINER_CHECKPOINT_DIR"] for w in ("-x", name)]
-    launcher["command"] = ["mpirun", "--bind-to", "none", *forward, "python", "-m", "trainer"]
+    launcher["command"] = [
+        "mpirun",
+        "--hostfile",
+        "/etc/mpi/hostfile",
+        "--bind-to",
+        "none",
+        *forward,
+        "python",
+        "-m",
+        "trainer",
+    ]
     launcher["args"] = ["--model", "cnn"]
     return launcher
 
@@ -1117,7 +1137,7 @@ def _runtime(name: str, policy: dict[str, Any], jobs: list[dict[str, Any]]) -> d
         "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "trainops"}},
         "spec": {
             "mlPolicy": {"numNodes": 1, **policy},
-            "template": {"spec": {"replicatedJobs": jobs}},
+            "template": {"spec": {"failurePolicy": {"maxRestarts": 6}, "replicatedJobs": jobs}},
         },
     }
 

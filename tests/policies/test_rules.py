@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.policies.fixtures import FIXTURES, RENDER_FIXTURES, baseline
+from tests.policies import catalog_fixtures, fixtures
+from tests.policies.fixtures import RENDER_FIXTURES, baseline
 from tests.support import REPO, write
 from trainops.model import Document, Target
 from trainops.policy.engine import Context, PolicySettings, evaluate, registered
@@ -15,6 +16,12 @@ from trainops.policy.settings import load_pack
 from trainops.render.engine import Renderer, RenderOptions
 
 load_pack(REPO / "policies")
+
+
+# The pack's fixtures, and those of the rules written from the failure-mode catalog.
+FIXTURES = {**fixtures.FIXTURES, **catalog_fixtures.FIXTURES}
+assert not set(fixtures.FIXTURES) & set(catalog_fixtures.FIXTURES)
+MORE = [(rule, pair) for rule, pairs in catalog_fixtures.MORE.items() for pair in pairs]
 
 
 def findings(docs: list[dict], target: str = "fixture.yaml") -> list:
@@ -44,6 +51,15 @@ def test_rule_fires_on_its_failing_fixture(rule_id):
 @pytest.mark.parametrize("rule_id", sorted(FIXTURES))
 def test_rule_is_quiet_on_its_passing_fixture(rule_id):
     _, passing = FIXTURES[rule_id]
+    assert [f.message for f in findings(passing()) if f.rule == rule_id] == []
+
+
+@pytest.mark.parametrize(
+    ("rule_id", "pair"), MORE, ids=[f"{rule}-{index}" for index, (rule, _) in enumerate(MORE)]
+)
+def test_catalog_rule_cases(rule_id, pair):
+    failing, passing = pair
+    assert [f for f in findings(failing()) if f.rule == rule_id], f"{rule_id} did not fire"
     assert [f.message for f in findings(passing()) if f.rule == rule_id] == []
 
 

@@ -1,8 +1,9 @@
 """Generates the reference parts of docs/ from the code, so they cannot drift.
 
 `python -m trainops.docs` rewrites docs/cli.md (every command's --help),
-docs/policies.md (every rule's id, severity, why, fix and the real manifests it fires on
-and stays quiet on, policies/examples.yaml), the profile key
+docs/policies.md (every rule's id, severity, why, fix, the real manifests it fires on
+and stays quiet on, policies/examples.yaml, and the failure modes it catches),
+docs/failure-modes.md (the catalog in policies/catalog/), the profile key
 table in docs/overlays.md and the doctor's findings in docs/runbook.md (between
 their GENERATED markers);
 `--check` only reports what is stale. tests/test_docs.py runs the check.
@@ -68,11 +69,13 @@ def profile_table() -> str:
 
 
 def policy_reference(pack: Path) -> str:
+    from trainops import failures
     from trainops.policy.engine import EXEMPT_PREFIX
     from trainops.policy.settings import load_pack
     from trainops.rules import DOCTOR, catalog
 
     load_pack(pack)
+    caught = failures.by_check(failures.load(pack / "catalog"))
     rules = sorted(
         (r for r in catalog().values() if r.category != DOCTOR),
         key=lambda r: (r.category != "builtin", r.id),
@@ -101,7 +104,102 @@ def policy_reference(pack: Path) -> str:
         lines += [f"Why: {rule.why}", "", f"Fix: {rule.fix}"]
         if rule.id in examples:
             lines += ["", examples[rule.id]]
+        if rule.id in caught:
+            links = ", ".join(f"[{e.id}](failure-modes.md#{e.id})" for e in caught[rule.id])
+            lines += ["", f"Catches: {links}."]
     return "\n".join(lines) + "\n"
+
+
+def failure_modes(pack: Path) -> str:
+    """docs/failure-modes.md: the catalog, a summary per component, then every entry."""
+    from trainops import failures
+
+    components = failures.load(pack / "catalog")
+    kinds = check_kinds(pack)
+    unknown = sorted(set(failures.by_check(components)) - set(kinds))
+    if unknown:
+        raise ValueError(f"the catalog names checks that do not exist: {', '.join(unknown)}")
+    columns = ("policy", "admission", failures.DIFF)
+
+    def caught_by(entry: failures.Entry, kind: str) -> bool:
+        return any(kinds[c] == kind for c in entry.caught)
+
+    lines = [
+        "# Failure modes of training on Kubernetes",
+        "",
+        "Generated from `policies/catalog/*.yaml` by `python -m trainops.docs`; do not edit.",
+        "Each entry is a way a run goes wrong that a public tracker thread or upstream source",
+        "shows: what is written, what happens, the source, and the check that catches it before",
+        "Argo CD syncs (a policy rule, the API server's and operators' admission checks, or",
+        "`trainops diff`), or why only the live cluster can tell (where the doctor recognises",
+        "it at run time, its finding is named).",
+        "",
+        "| Component | Version | Entries | Policy rules | Admission checks | trainops diff "
+        "| Not detectable offline |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    totals = [0] * 5
+    for component in components:
+        rows = component.entries
+        numbers = [len(rows), *(sum(caught_by(e, k) for e in rows) for k in columns)]
+        numbers.append(sum(e.offline is not None for e in rows))
+        totals = [a + b for a, b in zip(totals, numbers, strict=True)]
+        cells = " | ".join(str(n) for n in numbers)
+        lines.append(f"| [{component.name}](#{component.key}) | {component.version} | {cells} |")
+    lines += [
+        f"| Total | | {' | '.join(str(n) for n in totals)} |",
+        "",
+        "An entry counts in every column whose checks catch it. The admission checks are "
+        "[`schema`](policies.md#schema), [`cel`](policies.md#cel), "
+        "[`api-validation`](policies.md#api-validation) and [`webhook`](policies.md#webhook).",
+    ]
+    for component in components:
+        lines += ["", f"## {component.key}", "", f"{component.name}, {component.version}."]
+        for entry in component.entries:
+            lines += [
+                "",
+                f"### {entry.id}",
+                "",
+                f"- Written: {entry.writes}",
+                f"- Happens ({failures.HAPPENS[entry.happens]}): {entry.effect}",
+                f"- Source: <{entry.source}>",
+            ]
+            offline = [_check_link(c) for c in entry.caught if kinds[c] != "doctor"]
+            if offline:
+                lines.append(f"- Caught by: {', '.join(offline)}")
+            if entry.offline is not None:
+                lines.append(f"- Not detectable offline: {entry.offline}")
+            doctor = [f"`{c}`" for c in entry.caught if kinds[c] == "doctor"]
+            if doctor:
+                lines.append(
+                    f"- At run time: `trainops doctor` reports {', '.join(doctor)} "
+                    "([runbook](runbook.md))."
+                )
+    return "\n".join(lines) + "\n"
+
+
+def check_kinds(pack: Path) -> dict[str, str]:
+    """Every id a catalog entry may name -> policy | admission | doctor | diff."""
+    import trainops.cli.doctor  # noqa: F401 - registers the doctor's checks
+    from trainops import failures
+    from trainops.policy.settings import load_pack
+    from trainops.rules import DOCTOR, catalog
+
+    load_pack(pack)
+    kinds = {
+        rule.id: "doctor"
+        if rule.category == DOCTOR
+        else ("policy" if rule.category == "policy" else "admission")
+        for rule in catalog().values()
+    }
+    kinds[failures.DIFF] = failures.DIFF
+    return kinds
+
+
+def _check_link(check: str) -> str:
+    if check == "diff":
+        return "`trainops diff` (a warning before the sync)"
+    return f"[`{check}`](policies.md#{check})"
 
 
 _SOURCE = re.compile(r"https://github\.com/(\S+) at (\S+) \(commit ([0-9a-f]{12})")
@@ -186,6 +284,7 @@ def targets(root: Path) -> dict[Path, Callable[[str], str]]:
         root / "docs" / "cli.md": lambda _: cli_reference() + "\n",
         root / "docs" / "overlays.md": lambda text: splice(text, "profile keys", profile_table()),
         root / "docs" / "policies.md": lambda _: policy_reference(root / "policies"),
+        root / "docs" / "failure-modes.md": lambda _: failure_modes(root / "policies"),
         root / "docs" / "runbook.md": lambda text: splice(
             text, "doctor findings", doctor_findings()
         ),

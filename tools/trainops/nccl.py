@@ -89,6 +89,8 @@ SUBSYSTEMS = (
     "REG",
     "PROFILE",
     "RAS",
+    "DESTROY",  # NCCL 2.30
+    "ALLOC_HOST",  # NCCL 2.30
     "ALL",
 )
 ALGORITHMS = ("RING", "TREE", "COLLNETCHAIN", "COLLNETDIRECT", "NVLS", "NVLSTREE", "PAT")

@@ -118,8 +118,9 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 def training_flops_per_sample(model: nn.Module, sample: torch.Tensor) -> float:
     """Forward plus backward FLOPs of one sample: 6 per multiply-accumulate of the
-    matmuls and convolutions, plus causal attention (6 * layers * heads * head_dim *
-    seq_len per token) for the GPT."""
+    matmuls and convolutions, plus the attention scores and their weighted sum for the
+    GPT: 12 * layers * heads * head_dim * seq_len per token (PaLM, appendix B), counted
+    in full although the mask is causal, as MFU figures conventionally are (torchtitan)."""
     macs = 0
 
     def count(module: nn.Module, inputs, output) -> None:
@@ -146,5 +147,5 @@ def training_flops_per_sample(model: nn.Module, sample: torch.Tensor) -> float:
     flops = 6.0 * macs
     if isinstance(model, GPT):
         tokens = sample.shape[1]
-        flops += 6.0 * model.depth * model.dim * tokens * tokens
+        flops += 12.0 * model.depth * model.dim * tokens * tokens
     return flops

@@ -216,8 +216,9 @@ def transport_unknown(ctx: Context) -> Iterator[Found]:
     "RDMA traffic uses GPUDirect RDMA",
     "Without GPUDirect RDMA every transfer is staged through host memory: several times "
     "slower on large messages.",
-    "GPUDirect RDMA needs DMA-BUF (open GPU kernel modules) or nvidia-peermem from the GPU "
-    "Operator, and NCCL_NET_GDR_LEVEL no lower than the GPU-NIC distance (PHB).",
+    "GPUDirect RDMA needs DMA-BUF (open GPU kernel modules, Linux 5.12 or later, CUDA 11.7 or "
+    "later) or nvidia-peermem from the GPU Operator, and NCCL_NET_GDR_LEVEL no lower than the "
+    "GPU-NIC distance (PHB).",
 )
 def no_gdr(ctx: Context) -> Iterator[Found]:
     e = ctx.expectation
