@@ -444,9 +444,11 @@ def _args_ops(paths: list[str], args: list[str]) -> str:
 def _scalar(value: str) -> str:
     """A flow-sequence item every YAML reader takes for this very string: plain when it
     holds only letters, '_', '.', '/', '-' (and is no YAML 1.1 boolean or null), else
-    double-quoted (kustomize reads 3e-4 as a number, PyYAML as a string)."""
+    quoted (kustomize reads 3e-4 as a number, PyYAML as a string)."""
     if _PLAIN.match(value) and value.lower() not in _YAML_WORDS:
         return value
+    if value.isprintable():
+        return "'" + value.replace("'", "''") + "'"
     return json.dumps(value)
 
 
