@@ -338,9 +338,13 @@ def classify_exit(
     """How a worker that exited with `status` (negative: killed by that signal) ended.
 
     A SIGKILL while the container's memory limit killed a process is running out of
-    memory.
+    memory. A worker SIGTERMed after its lines show it lost a peer lost a peer.
     """
     ending = _by_status(rank, status, oom_killed)
+    if ending.cause is TERMINATED and status < 0:
+        # Stopped by torchrun after it had already lost its peer: a consequence.
+        found = classify_text(lines, patterns, oom_killed)
+        return Ending(rank, *found) if found is not None and found[0] is PEER_LOST else ending
     if ending.cause is OUT_OF_MEMORY or not _explained_by_lines(status):
         return ending
     found = classify_text(lines, patterns, oom_killed)

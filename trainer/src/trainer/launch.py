@@ -170,7 +170,7 @@ def _raise_stopped(signum: int, frame: object) -> None:
     raise _Stopped(signum)
 
 
-def wait_for_file(path: Path, interval: float = 10.0) -> int | None:
+def wait_for_file(path: Path, interval: float = 2.0) -> int | None:
     """Until the run's data preparation has written `path`; an exit code if stopped first.
 
     The launcher is the pod's PID 1, which the kernel gives no default action for
@@ -329,8 +329,8 @@ def exit_code(ending: Ending | None, budget: RetryBudget | None) -> int:
         return 0
     cause = ending.cause
     code = cause.code
-    who = f"rank {ending.rank}" if ending.rank is not None else "the workers"
-    _say(f"{who}: {cause.id} ({ending.evidence}); exiting {code} ({cause.describe()})")
+    who = f"rank {ending.rank}: " if ending.rank is not None else ""
+    _say(f"{who}{cause.id} ({ending.evidence}); exiting {code} ({cause.describe()})")
     if budget is None or not cause.retryable or cause is TERMINATED:
         return code
     verdict = _record(lambda: budget.count_failure(code, cause.id))
