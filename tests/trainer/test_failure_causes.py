@@ -97,7 +97,7 @@ def test_an_unexplained_uncaught_exception_is_a_bug_and_only_the_last_one_counts
             1,
             ["RuntimeError: CUDA error: an illegal memory access was encountered"],
             DEVICE_FAULT,
-            202,
+            203,
         ),
         (1, ["ValueError: bad value"], BUG, 1),  # no traceback header: the status says bug
         (-signal.SIGABRT, ["Traceback (most recent call last):", "ValueError: bad"], BUG, 1),
@@ -114,6 +114,7 @@ def test_an_unexplained_uncaught_exception_is_a_bug_and_only_the_last_one_counts
         (200, [], HANG, 200),
         (143, [], TERMINATED, 143),
         (137, [], None, 137),  # a shell's report of a child killed by SIGKILL
+        (202, ["RuntimeError: CUDA error: misaligned address"], None, 202),  # no signal: a code
     ],
 )
 def test_exit_status_and_last_lines_give_one_cause(status, lines, cause, code):
@@ -241,17 +242,17 @@ def test_oom_kills_read_cgroup_v2_and_v1_counters(tmp_path):
 
 def test_retry_budget_counts_failures_without_progress_and_resets_on_a_new_checkpoint(tmp_path):
     budget = RetryBudget(tmp_path, "0", budget=2)
-    assert [budget.count_failure(202, "device-fault").exhausted for _ in range(2)] == [False] * 2
-    assert budget.count_failure(202, "device-fault").exhausted  # the third in a row
+    assert [budget.count_failure(203, "device-fault").exhausted for _ in range(2)] == [False] * 2
+    assert budget.count_failure(203, "device-fault").exhausted  # the third in a row
     (tmp_path / "step-10.123-save.tmp").mkdir()  # a partial save is no progress
     (tmp_path / ".faults").mkdir()
-    assert budget.count_failure(202, "device-fault").failures == 4
+    assert budget.count_failure(203, "device-fault").failures == 4
     (tmp_path / "step-10").mkdir()  # a new checkpoint is
-    assert budget.count_failure(202, "device-fault").failures == 1
+    assert budget.count_failure(203, "device-fault").failures == 1
     other = RetryBudget(tmp_path, "1", budget=2)  # another node counts its own
     assert other.count_failure(201, "peer-lost").failures == 1
     budget.succeeded()
-    assert budget.count_failure(202, "device-fault").failures == 1
+    assert budget.count_failure(203, "device-fault").failures == 1
     assert progress_mark(tmp_path / "missing") == ""
 
 

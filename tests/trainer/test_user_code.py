@@ -191,7 +191,7 @@ def deciding_rank(stderr: str) -> int:
     return int(verdict.removeprefix("trainer-launch: rank ").split(":", 1)[0])
 
 
-FAULTS = {"cuda": 202, "value": 1, "sigterm": 143}
+FAULTS = {"cuda": 203, "value": 1, "sigterm": 143}
 RANKS = {"rank0": "0", "rank1": "1", "both": "0,1"}
 
 
@@ -227,7 +227,7 @@ def test_retryable_failures_without_progress_stop_at_the_retry_budget(user_run, 
     command, workdir = user_run
     env = pod_env(tmp_path, FAULT="cuda", FAULT_RANKS="1", TRAINER_RETRY_BUDGET="1")
     first = run_pod_command(command, workdir, env)
-    assert first.returncode == 202, first.stderr
+    assert first.returncode == 203, first.stderr
     # model.pt is rewritten, but no new entry appears: no progress since the first failure.
     second = run_pod_command(command, workdir, env)
     assert second.returncode == ExitCode.RETRIES_EXHAUSTED == 6, second.stderr
@@ -239,7 +239,7 @@ def test_a_launcher_command_runs_once_and_its_output_decides(user_run, tmp_path)
     command = ["trainer-launch", "--", "torchrun", "--standalone", "--nproc-per-node", "2"]
     env = pod_env(tmp_path, FAULT="cuda", FAULT_RANKS="1")
     done = run_pod_command([*command, "train.py", *RUN_ARGS], workdir, env)
-    assert done.returncode == 202, done.stderr
+    assert done.returncode == 203, done.stderr
     assert "rank 1: device-fault" in done.stderr
     env = pod_env(tmp_path, FAULT="value", FAULT_RANKS="0")
     done = run_pod_command([*command, "train.py", *RUN_ARGS], workdir, env)

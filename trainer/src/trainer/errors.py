@@ -18,9 +18,9 @@ class ExitCode(IntEnum):
     RETRIES_EXHAUSTED = 6  # retryable failures kept coming without a new checkpoint
     HANG = 200  # the watchdog ended a step that took too long
     PEER_LOST = 201  # a collective failed because another rank went away
-    FAULT = 202  # GPU, driver or NCCL fault (CUDA error, ECC, Xid, NCCL system error)
-    RENDEZVOUS = 203  # rendezvous or the c10d store failed (a lost master, the network)
-    TRANSIENT = 204  # a failure the run's own patterns call transient
+    FAULT = 203  # GPU, driver or NCCL fault (CUDA error, ECC, Xid, NCCL system error)
+    RENDEZVOUS = 204  # rendezvous or the c10d store failed (a lost master, the network)
+    TRANSIENT = 205  # a failure the run's own patterns call transient
     TERMINATED = 143  # SIGTERM (eviction, torchrun restart): state saved, 128 + 15
 
     @property

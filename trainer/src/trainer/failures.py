@@ -101,7 +101,8 @@ def killed_by(signum: int) -> Cause:
 
 
 def program_verdict(code: int) -> Cause:
-    """An exit code from 2 to 127 that the program chose: its own permanent verdict."""
+    """An exit code the program chose (2-127, or a retryable one no signal explains):
+    its own verdict."""
     return Cause("program", f"the program exited {code}", code, _PROGRAM_SPECIFICITY)
 
 
@@ -183,7 +184,8 @@ BUILTIN_PATTERNS: tuple[Pattern, ...] = (
     # A launcher's own report of its workers' failure: the workers' lines explain it.
     *_patterns(None, "ChildFailedError", "SignalException"),
 )
-_TORCHRUN_SIGNAL = "received by PID"  # torchrun's summary: "Signal 9 (SIGKILL) received by PID 7"
+_TORCHRUN_SIGNAL = "received by PID"
+_MAX_SIGNAL = 64  # SIGRTMAX on Linux: 128 + N above it is a code, not a signal  # torchrun's summary: "Signal 9 (SIGKILL) received by PID 7"
 
 
 class PatternError(ValueError):
@@ -310,12 +312,17 @@ def _explained_by_lines(status: int) -> bool:
     did to them; any other code is the program's own verdict."""
     if status == 1:
         return True
-    signum = -status if status < 0 else status - 128 if status >= 128 else 0
-    return signum > 0 and status not in _BY_CODE and signum != signal.SIGTERM
+    signum = -status if status < 0 else status - 128
+    return _signalled(status) and signum != signal.SIGTERM
+
+
+def _signalled(status: int) -> bool:
+    """Killed by a signal (negative), or a shell's 128 + N for a child killed by one."""
+    return status < 0 or (128 < status <= 128 + _MAX_SIGNAL and status not in _BY_CODE)
 
 
 def _by_status(rank: int | None, status: int, oom_killed: bool) -> Ending:
-    if status < 0 or (status >= 128 and status not in _BY_CODE):
+    if _signalled(status):
         signum = -status if status < 0 else status - 128
         if signum == signal.SIGKILL and oom_killed:
             return Ending(rank, OUT_OF_MEMORY, "killed by SIGKILL after an out-of-memory kill")
