@@ -226,28 +226,33 @@ def _reap() -> None:
 def wait_for_workers(deadline: float) -> bool:
     """Let workers still running (an emergency checkpoint being written) finish.
 
-    torchrun stops waiting for them when a second signal reaches it during its
-    shutdown; the launcher leaving then would end the pod, and the checkpoint with it.
-    Past `deadline` (monotonic) whatever is left is killed. True when none was left.
+    torchrun stops waiting for them when signals keep reaching it during its shutdown;
+    the launcher leaving then would end the pod, and the checkpoint with it. Past
+    `deadline` (monotonic) whatever is left is killed. True when none was left.
     """
-    announced = False
-    while children := _live_children():
-        if not announced:
-            _say(
-                f"{len(children)} worker(s) still finishing: waiting up to "
-                f"{max(0, round(deadline - time.monotonic()))}s"
-            )
-            announced = True
-        if time.monotonic() >= deadline:
-            for pid in children:
-                with contextlib.suppress(ProcessLookupError):  # exited meanwhile
-                    os.kill(pid, signal.SIGKILL)
-            _say(f"killed {len(children)} worker(s) still running at the shutdown timeout")
-            break
+    children = _live_children()
+    if not children:
+        _reap()
+        return True
+    _say(
+        f"{len(children)} worker(s) still finishing: waiting up to "
+        f"{max(0, round(deadline - time.monotonic()))}s"
+    )
+    while children and time.monotonic() < deadline:
         _reap()
         time.sleep(0.1)
+        children = _live_children()
+    if children:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):  # exited meanwhile
+                os.kill(pid, signal.SIGKILL)
+        _say(f"killed {len(children)} worker(s) still running at the shutdown timeout")
+        # A process stuck in the kernel (a wedged GPU) may never die: do not wait forever.
+        reaped_by = time.monotonic() + 5
+        while _live_children() and time.monotonic() < reaped_by:
+            time.sleep(0.05)
     _reap()
-    return not announced
+    return False
 
 
 # -- torchrun workers -----------------------------------------------------------------
