@@ -184,8 +184,8 @@ BUILTIN_PATTERNS: tuple[Pattern, ...] = (
     # A launcher's own report of its workers' failure: the workers' lines explain it.
     *_patterns(None, "ChildFailedError", "SignalException"),
 )
-_TORCHRUN_SIGNAL = "received by PID"
-_MAX_SIGNAL = 64  # SIGRTMAX on Linux: 128 + N above it is a code, not a signal  # torchrun's summary: "Signal 9 (SIGKILL) received by PID 7"
+_TORCHRUN_SIGNAL = "received by PID"  # torchrun's "Signal 9 (SIGKILL) received by PID 7"
+_MAX_SIGNAL = 64  # SIGRTMAX on Linux: 128 + N above it is a code, not a signal
 
 
 class PatternError(ValueError):
