@@ -380,10 +380,10 @@ def test_trainjob_run_validates_with_its_cluster_and_names_its_runtime(
     validate_clean(trainops, workspace, "overlays/prod-b200/runs/v2-run")
     job = _render_one(trainops, workspace, "overlays/prod-b200/runs/v2-run")
     assert (job["kind"], job["spec"]["runtimeRef"]["name"]) == ("TrainJob", runtime)
-    assert job["spec"]["trainer"]["numNodes"] == 2 and job["spec"]["trainer"]["args"] == [
-        "--model",
-        "gpt",
-    ]
+    # The reference trainer: as trainer-launch's module (torch), or what mpirun starts.
+    program = ["--module", "trainer"] if template == "trainjob" else ["python", "-m", "trainer"]
+    assert job["spec"]["trainer"]["numNodes"] == 2
+    assert job["spec"]["trainer"]["args"] == [*program, "--model", "gpt"]
 
 
 def test_a_trainjob_runs_broken_override_is_caught_at_the_trainjobs_path(trainops, workspace):

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
 
+from tests.support import REPO
 from trainer import failures
 from trainer.errors import ExitCode
 from trainer.failures import (
@@ -261,3 +262,27 @@ def test_retry_budget_setting_is_checked():
     for bad in ("0", "-1", "many"):
         with pytest.raises(BudgetError, match="TRAINER_RETRY_BUDGET"):
             budget_from({"TRAINER_RETRY_BUDGET": bad})
+
+
+def _restart_table() -> dict[str, tuple[str, str]]:
+    """The runbook's restart table: cause cell -> (exit code cell, ExitCode policy cell)."""
+    text = (REPO / "docs" / "runbook.md").read_text()
+    section = text.split("### What is retried: the restart table", 1)[1].split("\n### ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0] not in ("Cause", "---"):
+            rows[cells[0].strip("`")] = (cells[2], cells[3])
+    return rows
+
+
+def test_the_runbooks_restart_table_matches_the_classifier():
+    table = _restart_table()
+    for cause in failures.NAMED.values():
+        code, policy = table[cause.id]
+        assert code == str(cause.code), cause.id
+        assert policy.startswith("recreated" if cause.retryable else "fails"), cause.id
+    code, policy = table["retry budget spent"]
+    assert code == str(int(ExitCode.RETRIES_EXHAUSTED)) and policy.startswith("fails")
+    assert table["killed by a signal"][0] == "128+N" and table["the program's own"][0] == "2-127"
+    assert len(table) == len(failures.NAMED) + 3
