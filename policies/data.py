@@ -7,7 +7,7 @@ from typing import Any
 
 from trainops.model import ERROR, WARNING
 from trainops.policy.engine import Context, Violation, pod_rule
-from trainops.policy.pods import PodTemplate
+from trainops.policy.pods import PodTemplate, mapping
 
 from . import common
 from .checkpoints import CHECKPOINT_PATHS
@@ -15,7 +15,9 @@ from .checkpoints import CHECKPOINT_PATHS
 _DATA_WORDS = ("data", "corpus")
 
 
-def _writable_claims(pod: PodTemplate, container: dict[str, Any]) -> Iterator[tuple[dict, dict]]:
+def _writable_claims(
+    pod: PodTemplate, container: dict[str, Any], ctx: Context
+) -> Iterator[tuple[dict, dict]]:
     """(mount, volume) for each claim the container can write, checkpoints and /dev/shm aside."""
     checkpoint_dirs = [d for d, _ in common.checkpoint_dirs(container)]
     for mount in container.get("volumeMounts") or []:
@@ -25,6 +27,10 @@ def _writable_claims(pod: PodTemplate, container: dict[str, Any]) -> Iterator[tu
         claim = (volume or {}).get("persistentVolumeClaim")
         if not isinstance(claim, dict) or claim.get("readOnly") is True:
             continue
+        pvc = ctx.find("PersistentVolumeClaim", str(claim.get("claimName")), pod.doc.namespace)
+        modes = mapping(pvc.obj.get("spec")).get("accessModes") if pvc is not None else None
+        if modes == ["ReadOnlyMany"]:
+            continue  # nobody can write it
         path = str(mount.get("mountPath", "")).rstrip("/")
         holds_checkpoints = path in CHECKPOINT_PATHS or any(
             d == path or d.startswith(path + "/") for d in checkpoint_dirs
@@ -56,7 +62,7 @@ def data_prep_every_replica(pod: PodTemplate, ctx: Context) -> Iterator[Violatio
     for index, init in enumerate(pod.spec.get("initContainers") or []):
         if not isinstance(init, dict):
             continue
-        for mount, volume in _writable_claims(pod, init):
+        for mount, volume in _writable_claims(pod, init, ctx):
             claim = volume["persistentVolumeClaim"].get("claimName")
             yield Violation(
                 f"init container {init.get('name')} writes claim {claim} at "
@@ -82,7 +88,7 @@ def dataset_claim_writable(pod: PodTemplate, ctx: Context) -> Iterator[Violation
         return
     for index, container in enumerate(pod.containers):
         for position, mount in enumerate(container.get("volumeMounts") or []):
-            found = [m for m, _ in _writable_claims(pod, container) if m is mount]
+            found = [m for m, _ in _writable_claims(pod, container, ctx) if m is mount]
             words = f"{mount.get('name')} {mount.get('mountPath')}".lower() if found else ""
             if found and any(word in words for word in _DATA_WORDS):
                 claim = pod.volume(str(mount.get("name")))["persistentVolumeClaim"]
