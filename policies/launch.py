@@ -18,7 +18,7 @@ from trainops.model import ERROR, WARNING, Document
 from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import PodTemplate, env_of, gpu_count, is_int, mapping
 
-from . import commandline
+from . import commandline, common
 
 _FLAG_VALUE = re.compile(r"^(--?[A-Za-z][\w.-]*) +\S")
 NNODES = ("--nnodes",)
@@ -463,29 +463,63 @@ def shell_without_exec(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
                 break
 
 
-@resource_rule(
+def _restarts_follow_exit_codes(pod: PodTemplate) -> bool:
+    """The operator decides restarts from this pod's exit code: a PyTorchJob replica with
+    restartPolicy ExitCode, or a Trainer v2 job whose pod failure policy reads exit codes
+    (the runtimes' ExitCode emulation)."""
+    if pod.doc.kind == "PyTorchJob":
+        replicas = mapping(mapping(pod.doc.obj.get("spec")).get("pytorchReplicaSpecs"))
+        return mapping(replicas.get(pod.role)).get("restartPolicy") == "ExitCode"
+    source = pod.runtime or pod.doc
+    if source.kind not in common.RUNTIME_KINDS or common.mpi_runtime(source):
+        return False  # mpirun's exit code is the launcher's: not wrapped by design
+    job = mapping(_at(source.obj, pod.path[:-2]))  # the pod spec's Job spec in the runtime
+    rules = mapping(job.get("podFailurePolicy")).get("rules")
+    return any(isinstance(r, dict) and "onExitCodes" in r for r in rules or [])
+
+
+def _decisive_container(pod: PodTemplate) -> int | None:
+    """The container whose exit code the operator reads (PyTorchJob: `pytorch`;
+    Trainer v2: the trainer node's `node`), by index."""
+    wanted = "pytorch" if pod.doc.kind == "PyTorchJob" else "node"
+    for index, container in enumerate(pod.containers):
+        if container.get("name") == wanted:
+            return index
+    return 0 if pod.containers else None
+
+
+@pod_rule(
     id="exitcode-policy-launcher",
     severity=WARNING,
-    title="restartPolicy ExitCode runs a launcher that reports the worker's exit code",
-    why="Plain torchrun exits 1 whenever a worker fails and whenever it is stopped, whatever "
-    "the cause. Under restartPolicy ExitCode (1-127 permanent, 128-255 retried) every "
-    "preemption, lost peer or hang then fails the job for good instead of restarting it.",
-    fix="Start the workers with trainer-launch (torchrun's arguments, the failed worker's exit "
-    "code), or use restartPolicy OnFailure.",
-    kinds=("PyTorchJob",),
+    title="Restarts by exit code need a command whose exit code says what happened",
+    why="Under restartPolicy ExitCode (and the Trainer v2 runtimes' pod failure policy) "
+    "1-127 fails the job for good and 128-255 restarts it. Plain torchrun exits 1 whenever "
+    "a worker fails or it is stopped; a bare `python train.py`, `accelerate launch` or "
+    "`deepspeed` exits 1 for every uncaught exception, a CUDA or NCCL error included. "
+    "Preemptions and GPU faults then end the job, and which rank's code wins is a race.",
+    fix="Start the command under trainer-launch, which classifies how each worker ended: "
+    "trainer-launch -- python train.py (or trainops new-run --command), or use "
+    "restartPolicy OnFailure.",
+    kinds=("PyTorchJob", "TrainJob", *common.RUNTIME_KINDS),
 )
-def exitcode_policy_launcher(doc: Document, ctx: Context) -> Iterator[Violation]:
-    replicas = mapping(mapping(doc.obj.get("spec")).get("pytorchReplicaSpecs"))
-    for pod in ctx.pods(doc):
-        replica = replicas.get(pod.role)
-        if not isinstance(replica, dict) or replica.get("restartPolicy") != "ExitCode":
-            continue
-        for index, container in enumerate(pod.containers):
-            if not commandline.runs_torchrun(container):
-                continue
-            if commandline.runs(container, ("trainer-launch", "trainer.launch")):
-                continue
-            yield Violation(
-                f"{pod.role} restarts on exit codes, but torchrun exits 1 for every failure",
-                pod.container_path(index),
-            )
+def exitcode_policy_launcher(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    if pod.partial or not _restarts_follow_exit_codes(pod):
+        return
+    index = _decisive_container(pod)
+    if index is None:
+        return
+    container = pod.containers[index]
+    words = commandline.words(container)
+    if not words or commandline.runs(container, ("trainer-launch", "trainer.launch")):
+        return  # no command: the image's entry point (the trainer image's is trainer-launch)
+    where = "restarts on exit codes" if pod.doc.kind == "PyTorchJob" else "fails by exit code"
+    if commandline.runs_torchrun(container):
+        problem = "but torchrun exits 1 for every failure"
+    else:
+        shown = " ".join(words[:3]) + (" ..." if len(words) > 3 else "")
+        problem = (
+            f"but runs {shown!r} unwrapped: it exits 1 for any exception, a CUDA error "
+            "included (never retried)"
+        )
+    at = (*pod.container_path(index), "command" if "command" in container else "args")
+    yield Violation(f"{pod.role} {where}, {problem}", at)

@@ -144,7 +144,8 @@ def test_intel_mpi_run_gets_hydra_mpirun_and_needs_its_own_image(trainops, works
     spec = record["object"]["spec"]
     launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     assert spec["mpiImplementation"] == "Intel"
-    assert launcher["command"] == ["mpirun", "python", "-m", "trainer"]  # no Open MPI -x
+    assert launcher["command"] == ["mpirun"]  # no Open MPI -x
+    assert launcher["args"][:3] == ["python", "-m", "trainer"]
     assert launcher["image"] == "registry.example.com/intel-trainer:2025.1"
 
 
@@ -326,6 +327,8 @@ def _readme_commands(readme: str) -> list[list[str]]:
     commands = []
     for block in re.findall(r"```sh\n(.*?)```", readme, re.DOTALL):
         for command in block.replace("\\\n", " ").splitlines():
+            if "bin/trainops" not in command.split("#", 1)[0]:
+                continue  # other tools' lines need not be shell-quoted as trainops's are
             words = shlex.split(command)
             if words and words[0].endswith("bin/trainops") and words[1] in README_FLOW:
                 commands.append(words[1:])
@@ -377,10 +380,10 @@ def test_trainjob_run_validates_with_its_cluster_and_names_its_runtime(
     validate_clean(trainops, workspace, "overlays/prod-b200/runs/v2-run")
     job = _render_one(trainops, workspace, "overlays/prod-b200/runs/v2-run")
     assert (job["kind"], job["spec"]["runtimeRef"]["name"]) == ("TrainJob", runtime)
-    assert job["spec"]["trainer"]["numNodes"] == 2 and job["spec"]["trainer"]["args"] == [
-        "--model",
-        "gpt",
-    ]
+    # The reference trainer: as trainer-launch's module (torch), or what mpirun starts.
+    program = ["--module", "trainer"] if template == "trainjob" else ["python", "-m", "trainer"]
+    assert job["spec"]["trainer"]["numNodes"] == 2
+    assert job["spec"]["trainer"]["args"] == [*program, "--model", "gpt"]
 
 
 def test_a_trainjob_runs_broken_override_is_caught_at_the_trainjobs_path(trainops, workspace):

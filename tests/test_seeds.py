@@ -150,6 +150,7 @@ EXPECTED = {
         (TF004, "gpu-node-placement"): "no GPU node selection",
         (TF004, "nccl-transport-evidence"): "no NCCL_DEBUG",
         (TF004, "resources-set"): "GPUs only",
+        (TF004, "dataset-claim-writable"): "every replica can write the training-data claim",
         (HOROVOD, "argument-packs-flag-and-value"): "'-x NCCL_DEBUG=INFO' as one element",
         (
             HOROVOD,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tests.bench.validate_bench import point_remotes_at_mirror
 from tests.support import REPO
-from trainops.profile.runs import TEMPLATES
+from trainops.profile.runs import TEMPLATES, RunOptions
 from trainops.profile.writer import write_cluster, write_run
 
 FABRICS = (
@@ -58,7 +58,8 @@ def build(clusters: int, runs: int) -> Path:
         for number in range(runs):
             template = templates[number % len(templates)]
             args = ["--model", "gpt", "--max-steps", str(1000 + number)]
-            write_run(root, name, f"run-{number:03d}", template, 2, None, args, force=False)
+            options = RunOptions(template=template, nodes=2, args=args)
+            write_run(root, name, f"run-{number:03d}", options, force=False)
     return root
 
 

@@ -1785,3 +1785,93 @@ MORE_FIXTURES.setdefault("image-pinned", []).append(
 MORE_FIXTURES.setdefault("shutdown-timeout-grace", []).append(
     (edit(_env_var("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "300")), baseline)
 )
+
+
+# -- runs of the user's own code, and their data (issue 14) ------------------------------
+
+
+def _user_command(*command: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        for spec in pods_of(job(docs)):
+            spec["containers"][0]["command"] = list(command)
+            spec["containers"][0]["args"] = ["--lr", "3e-4"]
+
+    return change
+
+
+def _trainjob_command(*command: str) -> Callable[[Docs], None]:
+    """The TrainJob's own command on a torch runtime that fails the job on codes 1-127."""
+
+    def change(docs: Docs) -> None:
+        runtime = named(docs, "ClusterTrainingRuntime", "torch-distributed-roce")
+        [node] = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+        permanent = {"containerName": "node", "operator": "In", "values": list(range(1, 128))}
+        node["template"]["spec"]["podFailurePolicy"] = {
+            "rules": [{"action": "FailJob", "onExitCodes": permanent}]
+        }
+        named(docs, "TrainJob", "llama-v2")["spec"]["trainer"]["command"] = list(command)
+
+    return change
+
+
+def _dataset(
+    read_only: bool, init: bool = False, path: str = "/data", name: str = "dataset"
+) -> Callable[[Docs], None]:
+    """Every pod of the PyTorchJob mounts a claim named `name`; with `init`, an init
+    container syncs the bucket into it (the seed's pattern) or, read-only, waits for it."""
+
+    def change(docs: Docs) -> None:
+        for spec in pods_of(job(docs)):
+            claim = {"claimName": name, **({"readOnly": True} if read_only else {})}
+            spec["volumes"].append({"name": name, "persistentVolumeClaim": claim})
+            mount = {"name": name, "mountPath": path, "readOnly": read_only}
+            container = spec["containers"][0]
+            if init:
+                command = ["aws", "s3", "sync", "s3://corpus", path]
+                if read_only:
+                    command = ["/bin/sh", "-c", f"until [ -e {path}/.ready ]; do sleep 10; done"]
+                spec["initContainers"] = [
+                    {
+                        "name": "fetch-data",
+                        "image": "registry.example.com/tools:1.0",
+                        "command": command,
+                        "volumeMounts": [mount],
+                    }
+                ]
+                mount = {**mount, "readOnly": True}
+            container["volumeMounts"].append(mount)
+
+    return change
+
+
+FIXTURES.update(
+    {
+        "data-prep-every-replica": (
+            edit(_dataset(read_only=False, init=True)),
+            edit(_dataset(read_only=True, init=True)),
+        ),
+        "dataset-claim-writable": (edit(_dataset(read_only=False)), edit(_dataset(True))),
+    }
+)
+MORE_FIXTURES.setdefault("exitcode-policy-launcher", []).extend(
+    [
+        # The user's own command, unwrapped, decides restarts under ExitCode.
+        (
+            edit(_user_command("python", "train.py")),
+            edit(_user_command("trainer-launch", "--", "python", "train.py")),
+        ),
+        (
+            edit(_user_command("accelerate", "launch", "train.py")),
+            edit(_user_command("trainer-launch", "--", "accelerate", "launch", "train.py")),
+        ),
+        # A TrainJob on a runtime whose pod failure policy reads exit codes.
+        (
+            edit_v2(_trainjob_command("python", "train.py")),
+            edit_v2(_trainjob_command("trainer-launch", "--", "python", "train.py")),
+        ),
+    ]
+)
+MORE_FIXTURES.setdefault("dataset-claim-writable", []).append(
+    # Not a dataset: an output claim of another name is the job's business.
+    (edit(_dataset(read_only=False)), edit(_dataset(False, path="/outputs", name="outputs")))
+)

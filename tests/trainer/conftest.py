@@ -107,7 +107,13 @@ def launch(
 
 
 @contextmanager
-def running(command: list[str], stderr_file: Path, limit: float = RUN_LIMIT) -> Iterator:
+def running(
+    command: list[str],
+    stderr_file: Path,
+    limit: float = RUN_LIMIT,
+    cwd: Path | None = None,
+    env: dict | None = None,
+) -> Iterator:
     """A process group to talk to while it runs (stdout piped, stderr to a file).
 
     Past `limit` seconds the group is killed, which ends any read of its stdout; on
@@ -117,7 +123,8 @@ def running(command: list[str], stderr_file: Path, limit: float = RUN_LIMIT) -> 
         stderr_file.open("w") as stderr,
         subprocess.Popen(
             command,
-            env=trainer_env(),
+            cwd=cwd,
+            env=env or trainer_env(),
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,

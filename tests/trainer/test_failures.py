@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -68,7 +69,7 @@ FIRST_TO_NOTICE = {"stuck-rank-notices": 1, "waiting-rank-notices": 0}
 
 
 @pytest.mark.parametrize("noticer", FIRST_TO_NOTICE.values(), ids=FIRST_TO_NOTICE.keys())
-def test_hang_ends_within_the_watchdog_timeout(tmp_path, noticer):
+def test_hang_ends_within_the_watchdog_timeout(tmp_path, noticer, trainops):
     run = launch(
         *ARGS,
         "--checkpoint-dir",
@@ -92,6 +93,11 @@ def test_hang_ends_within_the_watchdog_timeout(tmp_path, noticer):
     assert "in during_step" in stacks[1]  # the stack of the hung thread
     if noticer == 0:
         assert "rank 0: step 4, in the gradient all-reduce (ended by: its watchdog)" in stacks[0]
+    # The doctor reads the report from the pod's log and names the same rank.
+    (tmp_path / "pod.log").write_text(run.stderr)
+    doctor = trainops("doctor", "nccl", "--format", "json", str(tmp_path / "pod.log"))
+    findings = json.loads(doctor.out)["findings"]
+    assert [f["ranks"] for f in findings if f["rule"] == "hang-culprit"] == [[1]], doctor.out
 
 
 def stacks_by_rank(stderr: str) -> dict[int, str]:

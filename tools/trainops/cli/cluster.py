@@ -22,7 +22,13 @@ from trainops.profile.model import (
     ProfileError,
     parse_profile,
 )
-from trainops.profile.runs import MPI_IMPLEMENTATIONS, TEMPLATES
+from trainops.profile.runs import (
+    DEFAULT_DATA_PATH,
+    FAILURE_CAUSES,
+    MPI_IMPLEMENTATIONS,
+    TEMPLATES,
+    RunOptions,
+)
 from trainops.profile.writer import (
     FileChange,
     WriteResult,
@@ -244,7 +250,42 @@ def unified_diff(changes: list[FileChange], root: Path) -> str:
     "which it offers.",
 )
 @click.option("--nodes", type=int, required=True, help="Nodes (pods) the run uses.")
-@click.option("--image", help="Trainer image for this run (tag or digest); default: the cluster's.")
+@click.option(
+    "--image",
+    help="Image for this run (tag or digest); default: the cluster's trainer image. An "
+    "image of your own needs the trainops-trainer package (trainer-launch) for torchrun "
+    "templates.",
+)
+@click.option(
+    "--command",
+    help="The program to run instead of the reference trainer, split as a shell would: "
+    "'python train.py', 'python -m my.pkg', 'torchrun train.py', 'accelerate launch "
+    "train.py'. torchrun templates run it under trainer-launch (one process per GPU, or "
+    "once when it is a launcher itself); MPI templates on every slot. Arguments after "
+    "`--` follow it.",
+)
+@click.option(
+    "--dataset-claim",
+    metavar="NAME[:PATH]",
+    help=f"Mount the PersistentVolumeClaim NAME read-only at PATH (default "
+    f"{DEFAULT_DATA_PATH}) wherever the ranks run.",
+)
+@click.option(
+    "--prepare",
+    metavar="COMMAND",
+    help="Data preparation, split as a shell would: runs once per run in a Job of its own "
+    "with the dataset claim writable (Argo CD sync wave -1), while the ranks wait for it in "
+    "an init container. Needs --dataset-claim.",
+)
+@click.option(
+    "--failure-pattern",
+    "failure_patterns",
+    multiple=True,
+    metavar="CAUSE=TEXT",
+    help="Repeatable: a line of the workers' output containing TEXT means CAUSE (one of "
+    f"{', '.join(FAILURE_CAUSES)}), before trainer-launch's own patterns; e.g. "
+    "transient=S3 SlowDown retries a flaky download, bug=MyCheckError stops for good.",
+)
 @click.option(
     "--mpi-implementation",
     type=click.Choice(MPI_IMPLEMENTATIONS),
@@ -253,25 +294,50 @@ def unified_diff(changes: list[FileChange], root: Path) -> str:
     "environment).",
 )
 @click.option("--force", is_flag=True, help="Overwrite a run that was never synced.")
-@click.argument("trainer_args", nargs=-1, type=click.UNPROCESSED)
-def new_run(cluster, run, template, nodes, image, mpi_implementation, force, trainer_args):
+@click.argument("program_args", nargs=-1, type=click.UNPROCESSED)
+def new_run(
+    cluster,
+    run,
+    template,
+    nodes,
+    image,
+    command,
+    dataset_claim,
+    prepare,
+    failure_patterns,
+    mpi_implementation,
+    force,
+    program_args,
+):
     """Create overlays/CLUSTER/runs/RUN/: a job named RUN on the cluster's template.
 
-    Arguments after `--` are the trainer's (they replace the template's):
+    Arguments after `--` are the program's: the reference trainer's, or with
+    --command your own (they replace the template's):
 
     \b
       trainops new-run prod-roce llama-sft-0412 --template pytorchjob --nodes 4 \\
-        -- --model gpt --dataset /data/tokens.bin --max-steps 20000
+        -- --model gpt --dataset tokens --data-path /data/tokens.bin --max-steps 20000
+      trainops new-run prod-roce my-sft-0413 --template pytorchjob --nodes 4 \\
+        --image registry.example.com/my-train:1.4 --command "python train.py" \\
+        --dataset-claim corpus-v3:/data -- --lr 3e-4 --epochs 2
 
     The run sets only what a run changes: its name, replicas (and for elastic
-    runs min/max and a rendezvous id; with Volcano, minAvailable), the image
-    tag and the arguments; a TrainJob run sets numNodes, the arguments and
-    trainer.image. Push the directory and Argo CD starts the run.
+    runs min/max and a rendezvous id; with Volcano, minAvailable), the image,
+    the program and its arguments, the dataset; a TrainJob run sets numNodes,
+    trainer.image, trainer.args and runtimePatches. The cluster's template keeps
+    the launcher, fabric, NCCL settings, /dev/shm, checkpoint volume, grace
+    period, placement and queue. Push the directory and Argo CD starts the run.
     """
-    args = list(trainer_args) if trainer_args else None
-    report(
-        write_run(
-            repository_root(), cluster, run, template, nodes, image, args, force, mpi_implementation
-        )
+    options = RunOptions(
+        template=template,
+        nodes=nodes,
+        image=image,
+        args=list(program_args) if program_args else None,
+        command=command,
+        mpi_implementation=mpi_implementation,
+        dataset_claim=dataset_claim,
+        prepare=prepare,
+        failure_patterns=list(failure_patterns),
     )
+    report(write_run(repository_root(), cluster, run, options, force))
     click.echo(f"next: trainops validate overlays/{cluster}/runs/{run}")

@@ -59,6 +59,11 @@ CUDA_ERROR = "cuda-error"  # error (from a PyTorch/CUDA exception)
 CHILD_FAILED = "child-failed"  # exitcode, signal
 EXCEPTION = "exception"  # name, message (an exception no other parser explains)
 
+# trainer-launch (the trainer image's launcher)
+HANG_REPORT = "hang-report"  # attempt, first (rank whose watchdog fired first), step
+HANG_CULPRIT = "hang-culprit"  # culprits [ranks], detail (the report's verdict)
+LAUNCHER_EXIT = "launcher-exit"  # decider (rank or None), cause, evidence, code, meaning
+
 # Flight Recorder
 FR_STATE = "flight-recorder"  # rank, pg, completed, pending_seq, pending_op, pending_state, ops
 
@@ -99,6 +104,8 @@ FAILURE_KINDS = frozenset(
         CUDA_ERROR,
         CHILD_FAILED,
         EXCEPTION,
+        HANG_CULPRIT,
+        LAUNCHER_EXIT,
         XID,
         OFF_BUS,
         GPU_INIT,

@@ -13,7 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from trainops.doctor import events as ev
-from trainops.doctor import flight_recorder, nccl_messages, node_messages, torch_messages
+from trainops.doctor import (
+    flight_recorder,
+    launcher_messages,
+    nccl_messages,
+    node_messages,
+    torch_messages,
+)
 from trainops.doctor.events import Event, ProcessKey
 from trainops.doctor.limits import MAX_ITEMS, MAX_PROCESSES
 from trainops.doctor.lines import clean, nccl_header
@@ -67,8 +73,12 @@ def _stream(source: LogStream) -> Iterator[Event]:
         if not text.strip():
             continue
         header = nccl_header(text)
-        facts = nccl_messages.read(header.message if header else text.strip(), header)
-        if header is None:
+        launcher = launcher_messages.read(text.strip())
+        if launcher is not None:
+            facts = launcher
+        else:
+            facts = nccl_messages.read(header.message if header else text.strip(), header)
+        if header is None and launcher is None:
             facts += torch_messages.read(text.strip()) + node_messages.read(text)
         if any(marker in text for marker in _RESTART_MARKERS):
             attempt += 1

@@ -86,6 +86,8 @@ RUN_KINDS = (
     ("kubeflow.org", "MPIJob"),
     ("kubeflow.org", "TFJob"),
     ("trainer.kubeflow.org", "TrainJob"),
+    # A run's data preparation (`new-run --prepare`), once per run before its job.
+    ("batch", "Job"),
 )
 
 

@@ -1,12 +1,25 @@
 """Generates a run: a kustomization on the cluster's job template that sets only
-what a run changes (name, image tag, arguments, replicas, and what follows
-from them: elastic bounds and rendezvous id, Volcano's minAvailable; for an
+what a run changes (name, replicas, image, the program and its arguments, and what
+follows from them: elastic bounds and rendezvous id, Volcano's minAvailable; for an
 MPI Operator v2 run on another MPI implementation, that and its mpirun; for a
-TrainJob, numNodes and the trainer's arguments)."""
+TrainJob, numNodes, trainer.image and trainer.args), plus the run's data: a dataset
+claim mounted read-only where the ranks run, and a data-preparation Job that runs
+once per run while the ranks wait for it.
+
+The cluster's template owns the launcher (the container's `command`: trainer-launch,
+or mpirun with the fabric's -x list) and everything around it; the run owns the
+program (`args`). For torchrun templates the args are trainer-launch's: `--module
+trainer ARGS` for the reference trainer, `-- COMMAND ARGS` for the run's own command.
+For MPI templates they are the program mpirun starts on every slot.
+"""
 
 from __future__ import annotations
 
+import copy
+import json
 import re
+import shlex
+from dataclasses import dataclass, field
 from typing import Any
 
 from trainops.errors import InputError
@@ -28,13 +41,35 @@ TEMPLATE_NAMES = {
     "trainjob": "train",
     "trainjob-mpi": "train-mpi",
 }
+MPI_TEMPLATES = ("mpijob", "trainjob-mpi")
 MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
 # Hydra's mpirun (Intel MPI, MPICH) passes the launcher's whole environment to the
-# ranks and knows none of Open MPI's -x or --bind-to: the template's command is
+# ranks and knows none of Open MPI's -x or --bind-to: the template's launcher is
 # replaced, not patched.
-HYDRA_COMMAND = ["mpirun", "python", "-m", "trainer"]
+HYDRA_COMMAND = ["mpirun"]
+REFERENCE_TRAINER = {"torch": ["--module", "trainer"], "mpi": ["python", "-m", "trainer"]}
+DEFAULT_DATA_PATH = "/data"
+PREPARED_DIR = ".trainops-prepared"  # markers under the dataset's mount, one per run
+PATCH_MANAGER = "trainops.dev/new-run"
+WAIT_FOR_ENV = "TRAINER_WAIT_FOR_FILE"  # trainer-launch starts no worker before it exists
+_PLAIN = re.compile(r"^[A-Za-z_/-][A-Za-z_./-]*$")
+_YAML_WORDS = {"y", "n", "yes", "no", "true", "false", "on", "off", "null"}
 _RUN_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_CLAIM_NAME = re.compile(r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$")
+_DATA_PATH = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
+_RESERVED_PATHS = ("/checkpoints", "/dev", "/proc", "/sys", "/etc", "/usr", "/home")
 MAX_RUN_NAME = 45  # pods are named <job>-worker-<n> and must stay within 63 characters
+FAILURE_CAUSES = (
+    "peer-lost",
+    "terminated",
+    "rendezvous",
+    "hang",
+    "transient",
+    "nccl-fault",
+    "bug",
+    "device-fault",
+    "out-of-memory",
+)
 
 
 def check_run_name(name: str) -> None:
@@ -45,17 +80,97 @@ def check_run_name(name: str) -> None:
         )
 
 
-def generate_run(
-    profile: ClusterProfile,
-    name: str,
-    template: str,
-    nodes: int,
-    image: str | None = None,
-    args: list[str] | None = None,
-    mpi_implementation: str | None = None,
-) -> str:
-    """The run's kustomization.yaml."""
+@dataclass
+class RunOptions:
+    """What `trainops new-run` was asked for, beyond the run's name."""
+
+    template: str = "pytorchjob"
+    nodes: int = 2
+    image: str | None = None
+    args: list[str] | None = None  # the program's arguments; None: the template's
+    command: str | None = None  # the program, as a shell would split it; None: the trainer
+    mpi_implementation: str | None = None
+    dataset_claim: str | None = None  # NAME[:PATH]
+    prepare: str | None = None  # the data-preparation command, as a shell would split it
+    failure_patterns: list[str] = field(default_factory=list)  # CAUSE=TEXT
+
+
+@dataclass
+class Dataset:
+    claim: str
+    path: str
+
+    @classmethod
+    def parse(cls, value: str) -> Dataset:
+        claim, _, path = value.partition(":")
+        path = path or DEFAULT_DATA_PATH
+        if not _CLAIM_NAME.match(claim) or len(claim) > 253:
+            raise InputError(f"--dataset-claim {value!r}: {claim!r} is not a claim name")
+        if not _DATA_PATH.match(path) or any(
+            path == reserved or path.startswith(reserved + "/") for reserved in _RESERVED_PATHS
+        ):
+            raise InputError(
+                f"--dataset-claim {value!r}: mount at an absolute path of letters, digits, "
+                f"'.', '_', '-' outside {', '.join(_RESERVED_PATHS)}"
+            )
+        if any(part in (".", "..") for part in path.split("/")):
+            raise InputError(f"--dataset-claim {value!r}: no '.' or '..' in the path")
+        return cls(claim, path)
+
+    def marker(self, run: str) -> str:
+        return f"{self.path}/{PREPARED_DIR}/{run}"
+
+
+def _words(option: str, value: str) -> list[str]:
+    try:
+        words = shlex.split(value)
+    except ValueError as error:
+        raise InputError(f"{option} {value!r}: {error}") from None
+    if not words:
+        raise InputError(f"{option} is empty")
+    return words
+
+
+def _check_patterns(patterns: list[str]) -> None:
+    for pattern in patterns:
+        cause, sep, text = pattern.partition("=")
+        if not sep or not text or cause not in FAILURE_CAUSES or "\n" in pattern:
+            raise InputError(
+                f"--failure-pattern {pattern!r}: give CAUSE=TEXT on one line, CAUSE one of "
+                f"{', '.join(FAILURE_CAUSES)}"
+            )
+
+
+@dataclass
+class _Shape:
+    """Where a template keeps what a run changes (JSON pointers)."""
+
+    args: list[str]  # containers whose args are the program's
+    compute: list[str]  # pod specs where the ranks run (container 0 computes)
+    launcher_env: list[str] = field(default_factory=list)  # trainer-launch containers' env
+    # MPI pods that must not start before the data is prepared: the Workers and the
+    # launcher, whose mpirun would fail on Workers still waiting.
+    waiting: list[str] = field(default_factory=list)
+
+
+def _shape(template: str) -> _Shape:
+    if template in ("pytorchjob", "elastic"):
+        roles = ("Master", "Worker") if template == "pytorchjob" else ("Worker",)
+        pods = [f"/spec/pytorchReplicaSpecs/{role}/template/spec" for role in roles]
+        args = [f"{pod}/containers/0/args" for pod in pods]
+        return _Shape(args, pods, [f"{pod}/containers/0/env" for pod in pods])
+    if template == "mpijob":
+        launcher = "/spec/mpiReplicaSpecs/Launcher/template/spec"
+        worker = "/spec/mpiReplicaSpecs/Worker/template/spec"
+        return _Shape([f"{launcher}/containers/0/args"], [worker], [], [launcher, worker])
+    # TrainJobs: the runtime holds the pods; the run writes trainer.* and runtimePatches.
+    return _Shape(["/spec/trainer/args"], [])
+
+
+def generate_run(profile: ClusterProfile, name: str, options: RunOptions) -> dict[str, str]:
+    """The run directory's files by name: kustomization.yaml, and prepare.yaml if asked."""
     check_run_name(name)
+    template, nodes, image = options.template, options.nodes, options.image
     if template not in TEMPLATES:
         raise InputError(f"unknown template {template!r}: use {', '.join(TEMPLATES)}")
     offered = templates(profile)
@@ -65,7 +180,7 @@ def generate_run(
             f"cluster {profile.name} has no {template} template (trainer: {profile.trainer}, "
             f"mpiOperator: {profile.mpiOperator}): use {usable}"
         )
-    _check_mpi_implementation(profile, template, image, mpi_implementation)
+    _check_mpi_implementation(profile, template, image, options.mpi_implementation)
     if nodes < 1 or nodes > profile.nodes:
         raise InputError(f"--nodes must be between 1 and the cluster's {profile.nodes} nodes")
     if template == "pytorchjob" and nodes < 2:
@@ -73,14 +188,29 @@ def generate_run(
             "a pytorchjob run needs --nodes >= 2 (one Master plus Workers; Worker replicas 0 "
             "still creates a worker in the operator); use --template elastic for one node"
         )
-    ops: list[dict[str, Any]] = [{"op": "replace", "path": "/metadata/name", "value": name}]
+    command = _words("--command", options.command) if options.command is not None else None
+    dataset = Dataset.parse(options.dataset_claim) if options.dataset_claim else None
+    prepare = _words("--prepare", options.prepare) if options.prepare is not None else None
+    if prepare is not None and dataset is None:
+        raise InputError("--prepare writes into the run's dataset: give --dataset-claim too")
+    _check_patterns(options.failure_patterns)
+    if options.failure_patterns and template in MPI_TEMPLATES:
+        raise InputError(
+            "--failure-pattern: MPI templates start their ranks with mpirun, not trainer-launch, "
+            "which reads the patterns"
+        )
+    if prepare is not None and template == "trainjob-mpi":
+        raise InputError(
+            "--prepare on a trainjob-mpi run: its ranks' pods come from the MPI runtime, and "
+            "a TrainJob can give them no init container to wait in; use --template mpijob or "
+            "trainjob, or prepare the data in a run of its own"
+        )
+    kind = TEMPLATES[template]
+    shape = _shape(template)
+    ops: list[dict[str, Any]] = [_replace("/metadata/name", name)]
     pods = nodes
     if template == "pytorchjob":
         ops.append(_replace("/spec/pytorchReplicaSpecs/Worker/replicas", nodes - 1))
-        containers = [
-            "/spec/pytorchReplicaSpecs/Master/template/spec/containers/0/args",
-            "/spec/pytorchReplicaSpecs/Worker/template/spec/containers/0/args",
-        ]
     elif template == "elastic":
         minimum = (nodes + 1) // 2
         ops += [
@@ -90,47 +220,60 @@ def generate_run(
             # Each run needs its own rendezvous id; torchrun's default is "none".
             _replace("/spec/elasticPolicy/rdzvId", name),
         ]
-        containers = ["/spec/pytorchReplicaSpecs/Worker/template/spec/containers/0/args"]
-    elif TEMPLATES[template] == "TrainJob":
+    elif kind == "TrainJob":
         # The runtime's PodGroup (Volcano) and Kueue's workload count the pods themselves.
         ops.append(_replace("/spec/trainer/numNodes", nodes))
-        containers = ["/spec/trainer/args"]
         if image:
-            ops.append(
-                {
-                    "op": "add",
-                    "path": "/spec/trainer/image",
-                    "value": _trainer_image(template, image),
-                }
-            )
+            ops.append(_add("/spec/trainer/image", _trainer_image(template, image)))
     else:
         ops.append(_replace("/spec/mpiReplicaSpecs/Worker/replicas", nodes))
-        containers = ["/spec/mpiReplicaSpecs/Launcher/template/spec/containers/0/args"]
         pods = nodes + 1
-        if mpi_implementation not in (None, "OpenMPI"):
-            ops.append(_replace("/spec/mpiImplementation", mpi_implementation))
+        if options.mpi_implementation not in (None, "OpenMPI"):
+            ops.append(_replace("/spec/mpiImplementation", options.mpi_implementation))
             ops.append(
                 _replace(
                     "/spec/mpiReplicaSpecs/Launcher/template/spec/containers/0/command",
                     HYDRA_COMMAND,
                 )
             )
-    if profile.scheduler == "volcano" and TEMPLATES[template] != "TrainJob":
+    if profile.scheduler == "volcano" and kind != "TrainJob":
         # Gang scheduling: the PodGroup admits the job only when every pod fits.
         ops.append(_replace("/spec/runPolicy/schedulingPolicy/minAvailable", pods))
+    run_image = image or profile.image
+    # What trainer-launch reads (torchrun templates): the run's failure patterns, and
+    # the file the preparation step writes last, which it waits for before starting.
+    launcher_env = []
+    if options.failure_patterns:
+        patterns = "\n".join(options.failure_patterns)
+        launcher_env.append({"name": "TRAINER_FAILURE_PATTERNS", "value": patterns})
+    if dataset is not None:
+        ops += _data_ops(template, shape, dataset)
+        if prepare is not None and template in MPI_TEMPLATES:
+            ops += _wait_ops(shape, dataset, name, run_image)
+        elif prepare is not None:
+            launcher_env.append({"name": WAIT_FOR_ENV, "value": dataset.marker(name)})
+    if launcher_env and kind == "TrainJob":
+        ops.append(_add("/spec/trainer/env", launcher_env))
+    elif launcher_env:
+        ops += [_add(f"{path}/-", item) for path in shape.launcher_env for item in launcher_env]
     patch = dump(ops)
-    if args is not None:
-        patch += _args_ops(containers, args)
+    program = _program(template, command, options.args)
+    if program is not None:
+        patch += _args_ops(shape.args, program)
     doc: dict[str, Any] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [f"../../training/{template}"],
     }
-    if image and TEMPLATES[template] != "TrainJob":
+    files = {}
+    if prepare is not None and dataset is not None:
+        doc["resources"].append("prepare.yaml")
+        files["prepare.yaml"] = _prepare_job(name, dataset, prepare, run_image)
+    if image and kind != "TrainJob":
         doc["images"] = [_image_override(profile, image)]
     doc["patches"] = [
         {
-            "target": {"kind": TEMPLATES[template], "name": TEMPLATE_NAMES[template]},
+            "target": {"kind": kind, "name": TEMPLATE_NAMES[template]},
             "patch": patch.rstrip("\n"),
         }
     ]
@@ -139,7 +282,121 @@ def generate_run(
         "# what this run changes. Runs are immutable once synced: start a new run\n"
         "# (a new directory) instead of editing this one.\n"
     )
-    return header + dump(doc)
+    files["kustomization.yaml"] = header + dump(doc)
+    return files
+
+
+def _program(template: str, command: list[str] | None, args: list[str] | None) -> list[str] | None:
+    """The args of the program's containers, or None to keep the template's."""
+    launcher = "mpi" if template in MPI_TEMPLATES else "torch"
+    if command is not None:
+        program = command if launcher == "mpi" else ["--", *command]
+    elif args is not None:
+        program = REFERENCE_TRAINER[launcher]
+    else:
+        return None
+    return [*program, *(args or [])]
+
+
+def _data_ops(template: str, shape: _Shape, dataset: Dataset) -> list[dict[str, Any]]:
+    """Mount the claim read-only where the ranks run."""
+    volume = {
+        "name": "dataset",
+        "persistentVolumeClaim": {"claimName": dataset.claim, "readOnly": True},
+    }
+    mount = {"name": "dataset", "mountPath": dataset.path, "readOnly": True}
+    if TEMPLATES[template] == "TrainJob":
+        # Both runtimes run the ranks in replicated job `node`, container `node`.
+        pod = {"containers": [{"name": "node", "volumeMounts": [mount]}], "volumes": [volume]}
+        job = {"name": "node", "template": {"spec": {"template": {"spec": pod}}}}
+        patch = {
+            "manager": PATCH_MANAGER,
+            "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [job]}}},
+        }
+        return [_add("/spec/runtimePatches", [patch])]
+    ops = []
+    for pod_path in shape.compute:
+        ops.append(_add(f"{pod_path}/volumes/-", volume))
+        ops.append(_add(f"{pod_path}/containers/0/volumeMounts/-", mount))
+    return ops
+
+
+def _wait_ops(shape: _Shape, dataset: Dataset, run: str, image: str) -> list[dict[str, Any]]:
+    """mpirun cannot wait for the data: its pods wait in an init container instead."""
+    volume = {
+        "name": "dataset",
+        "persistentVolumeClaim": {"claimName": dataset.claim, "readOnly": True},
+    }
+    marker = dataset.marker(run)
+    wait = {
+        "name": "wait-for-data",
+        "image": image,
+        "command": [
+            "/bin/sh",
+            "-c",
+            'until [ -e "$0" ]; do echo "waiting for $0 (the run\'s prepare Job)"; sleep 10; done',
+            marker,
+        ],
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "64Mi"},
+            "limits": {"cpu": "100m", "memory": "64Mi"},
+        },
+        "volumeMounts": [{"name": "dataset", "mountPath": dataset.path, "readOnly": True}],
+    }
+    ops = []
+    for pod_path in shape.waiting:
+        if pod_path not in shape.compute:  # the others got the volume with the mount
+            ops.append(_add(f"{pod_path}/volumes", [volume]))
+        ops.append(_add(f"{pod_path}/initContainers", [wait]))
+    return ops
+
+
+def _prepare_job(run: str, dataset: Dataset, command: list[str], image: str) -> str:
+    """One Job per run writes the dataset; Argo CD applies the run's job after it succeeds
+    (sync wave -1), and the ranks' init containers wait for its marker file."""
+    marker = dataset.marker(run)
+    script = f'"$@" && mkdir -p {dataset.path}/{PREPARED_DIR} && touch {marker}'
+    labels = {"app.kubernetes.io/part-of": "trainops", "trainops.dev/shape": "prepare"}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"{run}-prepare",
+            "namespace": "training",
+            "labels": labels,
+            "annotations": {"argocd.argoproj.io/sync-wave": "-1"},
+        },
+        "spec": {
+            "backoffLimit": 3,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "securityContext": {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000},
+                    "containers": [
+                        {
+                            "name": "prepare",
+                            "image": image,
+                            "command": ["/bin/sh", "-c", script, "prepare", *command],
+                            "resources": {
+                                "requests": {"cpu": "2", "memory": "8Gi"},
+                                "limits": {"cpu": "2", "memory": "8Gi"},
+                            },
+                            "volumeMounts": [{"name": "dataset", "mountPath": dataset.path}],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "dataset", "persistentVolumeClaim": {"claimName": dataset.claim}}
+                    ],
+                },
+            },
+        },
+    }
+    header = (
+        f"# Run {run}'s data preparation: once per run, before its ranks start. It writes\n"
+        f"# claim {dataset.claim}, then {marker}, which the ranks' init containers wait for.\n"
+    )
+    return header + dump(job)
 
 
 def _check_mpi_implementation(
@@ -167,6 +424,11 @@ def _replace(path: str, value: Any) -> dict[str, Any]:
     return {"op": "replace", "path": path, "value": value}
 
 
+def _add(path: str, value: Any) -> dict[str, Any]:
+    # A copy each time: the same object twice would be written as a YAML alias.
+    return {"op": "add", "path": path, "value": copy.deepcopy(value)}
+
+
 def _args_ops(paths: list[str], args: list[str]) -> str:
     """Replace ops for the containers' args, written once through a YAML anchor."""
     listing = "[" + ", ".join(_scalar(a) for a in args) + "]"
@@ -180,8 +442,14 @@ def _args_ops(paths: list[str], args: list[str]) -> str:
 
 
 def _scalar(value: str) -> str:
-    text = dump(value).strip()
-    return text.removesuffix("\n...").strip()
+    """A flow-sequence item every YAML reader takes for this very string: plain when it
+    holds only letters, '_', '.', '/', '-' (and is no YAML 1.1 boolean or null), else
+    quoted (kustomize reads 3e-4 as a number, PyYAML as a string)."""
+    if _PLAIN.match(value) and value.lower() not in _YAML_WORDS:
+        return value
+    if value.isprintable():
+        return "'" + value.replace("'", "''") + "'"
+    return json.dumps(value)
 
 
 def _split_pinned(image: str) -> tuple[str, str, str]:

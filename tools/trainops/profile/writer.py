@@ -29,7 +29,7 @@ from trainops.profile.model import (
 )
 from trainops.profile.overlay import generate
 from trainops.profile.projects import render_projects
-from trainops.profile.runs import check_run_name, generate_run
+from trainops.profile.runs import RunOptions, check_run_name, generate_run
 from trainops.render.discover import display_path
 from trainops.yamlio import dump, load_yaml_mapping
 
@@ -208,32 +208,25 @@ def sync_projects(root: Path) -> WriteResult:
     return result
 
 
-def write_run(
-    root: Path,
-    cluster: str,
-    run: str,
-    template: str,
-    nodes: int,
-    image: str | None,
-    args: list[str] | None,
-    force: bool,
-    mpi_implementation: str | None = None,
-) -> WriteResult:
+def write_run(root: Path, cluster: str, run: str, options: RunOptions, force: bool) -> WriteResult:
     check_run_name(run)
     overlay = root / "overlays" / cluster
     if not (overlay / PROFILE).is_file():
         raise InputError(f"no cluster {cluster!r}: overlays/{cluster}/{PROFILE} does not exist")
     profile = load_profile(overlay / PROFILE)
-    text = generate_run(profile, run, template, nodes, image, args, mpi_implementation)
-    path = overlay / "runs" / run / "kustomization.yaml"
-    if path.exists() and path.read_text() != text and not force:
+    files = generate_run(profile, run, options)
+    directory = overlay / "runs" / run
+    path = directory / "kustomization.yaml"
+    if path.exists() and path.read_text() != files["kustomization.yaml"] and not force:
         raise InputError(
             f"run {run} already exists with other settings; runs are immutable once "
             "synced: pick a new run name (or --force if it was never synced)",
             str(path),
         )
     result = WriteResult()
-    _record(result, path, write_if_changed(path, text))
+    # The kustomization last: until it names them, the other files are not part of the run.
+    for name in sorted(files, key=lambda name: name == "kustomization.yaml"):
+        _record(result, directory / name, write_if_changed(directory / name, files[name]))
     return result
 
 

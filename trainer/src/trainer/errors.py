@@ -14,8 +14,13 @@ class ExitCode(IntEnum):
     CONFIG = 2  # bad arguments, data or environment
     DIVERGED = 3  # NaN/Inf persisted through every allowed rollback
     TRANSPORT = 4  # NCCL chose another transport than the cluster promises
+    OUT_OF_MEMORY = 5  # host or GPU memory ran out: the same job runs out again
+    RETRIES_EXHAUSTED = 6  # retryable failures kept coming without a new checkpoint
     HANG = 200  # the watchdog ended a step that took too long
     PEER_LOST = 201  # a collective failed because another rank went away
+    FAULT = 203  # GPU, driver or NCCL fault (CUDA error, ECC, Xid, NCCL system error)
+    RENDEZVOUS = 204  # rendezvous or the c10d store failed (a lost master, the network)
+    TRANSIENT = 205  # a failure the run's own patterns call transient
     TERMINATED = 143  # SIGTERM (eviction, torchrun restart): state saved, 128 + 15
 
     @property
@@ -29,9 +34,15 @@ EXIT_CODE_DOCS = {
     ExitCode.CONFIG: "bad arguments, data or environment: not retried",
     ExitCode.DIVERGED: "loss stayed NaN/Inf through every rollback: not retried",
     ExitCode.TRANSPORT: "NCCL transport differs from the expected one: not retried",
+    ExitCode.OUT_OF_MEMORY: "host or GPU memory ran out: not retried",
+    ExitCode.RETRIES_EXHAUSTED: "retried failures kept coming without a new checkpoint: "
+    "not retried",
     ExitCode.HANG: "a step exceeded the watchdog timeout: retried",
     ExitCode.PEER_LOST: "another rank disappeared during a collective: retried",
-    ExitCode.TERMINATED: "SIGTERM received, emergency checkpoint written: retried",
+    ExitCode.FAULT: "GPU, driver or NCCL fault: retried",
+    ExitCode.RENDEZVOUS: "rendezvous or the c10d store failed: retried",
+    ExitCode.TRANSIENT: "a failure the run's patterns call transient: retried",
+    ExitCode.TERMINATED: "stopped by SIGTERM (the trainer saves a checkpoint first): retried",
 }
 
 

@@ -1,109 +1,386 @@
-"""`trainer-launch`: torchrun whose exit code is the failed worker's.
+"""`trainer-launch`: any training command, with an exit code the operator can act on.
 
-torchrun itself exits 1 whenever a worker fails, whatever the reason, and 1 whenever
-it is told to stop. The training operator's `ExitCode` restart policy then sees a
-permanent failure every time, and a preempted job is never restarted. This wrapper
-takes exactly torchrun's arguments, runs torchrun in-process, and exits with the exit
-code of the worker that failed first (128 + N for a worker killed by signal N, and
-128 + N when the agent itself got signal N), so retryable failures stay retryable.
-A worker that only lost a peer (201) is not the cause when another worker failed too.
+    trainer-launch [TORCHRUN OPTIONS] SCRIPT [ARGS]          torchrun a Python script
+    trainer-launch [TORCHRUN OPTIONS] --module MODULE [ARGS] torchrun a module (the trainer)
+    trainer-launch [TORCHRUN OPTIONS] -- COMMAND [ARGS]      torchrun any command per worker
+    trainer-launch -- torchrun|accelerate|deepspeed|mpirun ...
+    trainer-launch --supervise -- COMMAND [ARGS]             a command that starts its workers
 
-When a watchdog fired, the launcher prints the hang report its workers wrote
-(`trainer.hangreport`) once they have all exited, and exits 200.
+torchrun exits 1 whenever a worker fails, whatever the reason, so under the training
+operator's `ExitCode` restart policy (1-127 permanent, 128-255 retried) a preempted or
+faulted job would never restart and a bug would. `trainer-launch` runs torchrun in
+process with torchrun's options (read from the operator's `PET_*` variables like
+torchrun's own), passes every worker's stderr through while keeping its last lines
+(`trainer.workerlogs`), and when workers fail gives each failed rank a cause from its
+exit status and those lines (`trainer.failures`). The most specific cause decides the
+exit code, whichever rank exited first. A command that is itself a launcher runs once
+under `trainer.supervise` instead.
+
+The pod's SIGTERM goes to the workers, and the launcher exits only once they have
+finished (their emergency checkpoints written) or torchrun's shutdown timeout
+(`--shutdown-timeout`, `TORCH_ELASTIC_SHUTDOWN_TIMEOUT`, default 30 s) has passed,
+however many more signals arrive meanwhile: set the timeout below the pod's
+`terminationGracePeriodSeconds`. When a watchdog fired, the hang report the workers
+wrote (`trainer.hangreport`) is printed. Retryable failures are bounded per node by
+`trainer.retries`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import tempfile
+import time
+import traceback
+from argparse import Namespace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from trainer import hangreport
-from trainer.errors import EXIT_CODE_DOCS, ExitCode
+from trainer.errors import ExitCode
+from trainer.failures import (
+    BUILTIN_PATTERNS,
+    TERMINATED,
+    Ending,
+    Pattern,
+    PatternError,
+    classify_exception,
+    classify_exit,
+    decide,
+    killed_by,
+    oom_kills,
+    run_patterns,
+)
+from trainer.retries import BudgetError, RetryBudget, budget_for
+from trainer.supervise import FORWARDED, starts_its_own_workers, supervise
+from trainer.workerlogs import WorkerStderr
 
-if TYPE_CHECKING:
-    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+WAIT_FOR_ENV = "TRAINER_WAIT_FOR_FILE"  # written last by the run's data preparation
+LOGS_SPECS = "trainer-launch"  # the name of trainer.workerlogs.WorkerStderr for torchrun
+_DEFAULT_SHUTDOWN_TIMEOUT = 30
+_TAIL_WAIT = 10.0  # seconds for a dead worker's children to close the stderr it left them
 
 
-def exit_code_for(worker_exit: int) -> int:
-    """A worker's exit status as a shell would report it."""
-    if worker_exit < 0:
-        return min(255, 128 - worker_exit)
-    return min(255, worker_exit)
+class UsageError(ValueError):
+    pass
 
 
-def _meaning(code: int) -> str:
-    try:
-        return EXIT_CODE_DOCS[ExitCode(code)]
-    except ValueError:
-        if code > 128:
-            return f"killed by signal {code - 128}: retried"
-        return "failed: not retried"
+@dataclass
+class Plan:
+    torchrun: Namespace | None  # torchrun's arguments; None: run `command` once, supervised
+    command: list[str]
 
 
-def root_failure(failures: dict[int, ProcessFailure]) -> tuple[int, ProcessFailure]:
-    """The rank whose failure caused the others, and its failure.
+def plan(argv: Sequence[str]) -> Plan:
+    """What to run: torchrun workers (a script, a module, a command), or one launcher."""
+    from torch.distributed.run import parse_args
 
-    The earliest failure, not counting ranks that exited 201 because a peer went away
-    while another failure is known: they often exit before the launcher notices the
-    peer, within the same second (torchrun's failure timestamps have whole seconds).
-    """
-    causes = {
-        rank: failure
-        for rank, failure in failures.items()
-        if failure.exitcode != ExitCode.PEER_LOST
-    }
-    candidates = causes or failures
-    # Ties keep torchrun's order, which is the order it saw the failures in.
-    rank = min(candidates, key=lambda candidate: candidates[candidate].timestamp)
-    return rank, candidates[rank]
+    argv = list(argv)
+    if argv[:1] == ["--supervise"]:
+        if argv[1:2] != ["--"] or len(argv) < 3:
+            raise UsageError("--supervise takes `-- COMMAND [ARGS]` and nothing else")
+        return Plan(None, argv[2:])
+    if "--" in argv:
+        split = argv.index("--")
+        options, command = argv[:split], argv[split + 1 :]
+        if not command:
+            raise UsageError("nothing to run after `--`")
+        if command[0].startswith("-"):
+            raise UsageError(f"`--` must be followed by a command, not the option {command[0]}")
+        if starts_its_own_workers(command):
+            if options:
+                raise UsageError(
+                    f"{command[0]} starts its own workers: give it its options, not "
+                    f"trainer-launch ({' '.join(options)})"
+                )
+            return Plan(None, command)
+        args = parse_args([*options, "--no-python", *command])
+    else:
+        args = parse_args(argv)
+    _check_log_options(args)
+    return Plan(args, [args.training_script, *args.training_script_args])
+
+
+def _check_log_options(args: Namespace) -> None:
+    given = [
+        flag
+        for flag, value, default in (
+            ("--log-dir", args.log_dir, None),
+            ("--redirects", args.redirects, "0"),
+            ("--tee", args.tee, "0"),
+            ("--logs-specs", args.logs_specs, None),
+            ("--duplicate-stdout-filters", args.duplicate_stdout_filters, []),
+            ("--duplicate-stderr-filters", args.duplicate_stderr_filters, []),
+        )
+        if value != default
+    ]
+    if given:
+        raise UsageError(
+            f"{', '.join(given)}: trainer-launch passes the workers' stderr through and "
+            "reads it itself; leave torchrun's log options out"
+        )
 
 
 def _say(message: str) -> None:
     print(f"trainer-launch: {message}", file=sys.stderr, flush=True)
 
 
-def _report_hangs(report_dir: Path) -> bool:
+def _report_hangs(report_dir: Path) -> None:
     """Print the hang report of every attempt in which a watchdog fired."""
-    attempts = hangreport.collect(report_dir)
-    for attempt in attempts:
+    for attempt in hangreport.collect(report_dir):
         for line in hangreport.render(attempt):
             _say(line)
-    return bool(attempts)
+
+
+# -- stopping ------------------------------------------------------------------------
+
+
+def shutdown_timeout(args: Namespace) -> int:
+    """torchrun's time between SIGTERM and SIGKILL for its workers, as torchrun reads it."""
+    if args.shutdown_timeout is not None:
+        return int(args.shutdown_timeout)
+    value = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "")
+    return int(value) if value.isdigit() else _DEFAULT_SHUTDOWN_TIMEOUT
+
+
+class Stopping:
+    """The pod's signals once torchrun no longer handles them: noted, never fatal."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+
+    def install(self) -> None:
+        for sig in FORWARDED:
+            signal.signal(sig, self._note)
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.received.append(signum)
+
+
+class _Stopped(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise _Stopped(signum)
+
+
+def wait_for_file(path: Path, interval: float = 2.0) -> int | None:
+    """Until the run's data preparation has written `path`; an exit code if stopped first.
+
+    The launcher is the pod's PID 1, which the kernel gives no default action for
+    SIGTERM: without a handler of its own the pod would ignore its eviction.
+    """
+    previous = {sig: signal.signal(sig, _raise_stopped) for sig in FORWARDED}
+    try:
+        announced = 0.0
+        while not path.exists():
+            if time.monotonic() - announced >= 300:
+                _say(f"waiting for {path} (written when the run's data preparation is done)")
+                announced = time.monotonic()
+            time.sleep(interval)
+    except _Stopped as stopped:
+        _say(f"stopped by signal {stopped.signum} while waiting for {path}")
+        return 128 + stopped.signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return None
+
+
+def _live_children() -> list[int]:
+    """This process's children that have not exited (Linux; elsewhere none are known)."""
+    me, found = os.getpid(), []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path("/proc", name, "stat").read_text()
+        except OSError:
+            continue
+        state, parent = stat.rsplit(")", 1)[1].split()[:2]
+        if int(parent) == me and state != "Z":
+            found.append(int(name))
+    return found
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def wait_for_workers(deadline: float) -> bool:
+    """Let workers still running (an emergency checkpoint being written) finish.
+
+    torchrun stops waiting for them when signals keep reaching it during its shutdown;
+    the launcher leaving then would end the pod, and the checkpoint with it. Past
+    `deadline` (monotonic) whatever is left is killed. True when none was left.
+    """
+    children = _live_children()
+    if not children:
+        _reap()
+        return True
+    _say(
+        f"{len(children)} worker(s) still finishing: waiting up to "
+        f"{max(0, round(deadline - time.monotonic()))}s"
+    )
+    while children and time.monotonic() < deadline:
+        _reap()
+        time.sleep(0.1)
+        children = _live_children()
+    if children:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):  # exited meanwhile
+                os.kill(pid, signal.SIGKILL)
+        _say(f"killed {len(children)} worker(s) still running at the shutdown timeout")
+        # A process stuck in the kernel (a wedged GPU) may never die: do not wait forever.
+        reaped_by = time.monotonic() + 5
+        while _live_children() and time.monotonic() < reaped_by:
+            time.sleep(0.05)
+    _reap()
+    return False
+
+
+# -- torchrun workers -----------------------------------------------------------------
+
+
+def run_workers(args: Namespace, patterns: Sequence[Pattern]) -> Ending | None:
+    """torchrun in process; how the workers ended (None: they all succeeded)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import run
+
+    def stop(signum: int, frame: object) -> None:
+        raise SignalException(f"trainer-launch got signal {signum}", sigval=signal.Signals(signum))
+
+    # torchrun installs the same once its workers start; before that (in rendezvous)
+    # the launcher, the pod's PID 1, would otherwise ignore SIGTERM.
+    for sig in FORWARDED:
+        signal.signal(sig, stop)
+    stopping = Stopping()
+    with tempfile.TemporaryDirectory(prefix="trainer-launch-") as scratch:
+        report_dir = Path(scratch, "hang")
+        # The workers inherit the launcher's environment.
+        os.environ[hangreport.ENV] = str(report_dir)
+        args.logs_specs = LOGS_SPECS
+        args.log_dir = str(Path(scratch, "logs"))
+        oom_before = oom_kills()
+        grace = shutdown_timeout(args)
+        try:
+            run(args)
+            ending = None
+        except ChildFailedError as error:
+            stopping.install()
+            ending = _failed_workers(error, oom_before, patterns)
+        except SignalException as error:
+            stopping.install()
+            signum = int(error.sigval)
+            ending = Ending(None, killed_by(signum), f"the launcher received signal {signum}")
+        except Exception as error:
+            # The agent itself failed: its rendezvous or c10d store (a lost master), or a
+            # bad option.
+            stopping.install()
+            cause, evidence = classify_exception(error, patterns)
+            if not cause.retryable:
+                traceback.print_exc()
+            ending = Ending(None, cause, f"torchrun: {evidence}")
+        finally:
+            stopping.install()
+            wait_for_workers(time.monotonic() + grace)
+        _report_hangs(report_dir)
+    return ending
+
+
+def _failed_workers(error, oom_before: int | None, patterns: Sequence[Pattern]) -> Ending:
+    logs = WorkerStderr.active
+    tails = logs.tails if logs is not None else {}
+    deadline = time.monotonic() + _TAIL_WAIT
+    for tail in tails.values():
+        tail.wait(deadline)
+    oom_after = oom_kills()
+    oom = oom_before is not None and oom_after is not None and oom_after > oom_before
+    endings = []
+    for rank, failure in sorted(error.failures.items()):
+        tail = tails.get(failure.local_rank)
+        lines = tail.lines() if tail is not None else []
+        endings.append(classify_exit(rank, failure.exitcode, lines, oom, patterns))
+    for ending in endings:
+        _say(f"  {ending.describe()}")
+    return decide(endings)
+
+
+# -- the exit code --------------------------------------------------------------------
+
+
+def exit_code(ending: Ending | None, budget: RetryBudget | None) -> int:
+    """The launcher's exit code for how the workers ended, within the retry budget."""
+    if ending is None:
+        if budget is not None:
+            _record(budget.succeeded)
+        return 0
+    cause = ending.cause
+    code = cause.code
+    who = f"rank {ending.rank}: " if ending.rank is not None else ""
+    _say(f"{who}{cause.id} ({ending.evidence}); exiting {code} ({cause.describe()})")
+    if budget is None or not cause.retryable or cause is TERMINATED:
+        return code
+    verdict = _record(lambda: budget.count_failure(code, cause.id))
+    if verdict is not None and verdict.exhausted:
+        final = int(ExitCode.RETRIES_EXHAUSTED)
+        _say(
+            f"that is retryable failure {verdict.failures} in a row without a new checkpoint "
+            f"in {budget.checkpoint_dir} (budget {budget.budget}, TRAINER_RETRY_BUDGET): "
+            f"exiting {final} (not retried)"
+        )
+        return final
+    return code
+
+
+def _record(action):
+    try:
+        return action()
+    except OSError as error:
+        _say(f"warning: the retry record in the checkpoint directory: {error}")
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args, run
-
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    with tempfile.TemporaryDirectory(prefix="trainer-hang-") as report_dir:
-        # The workers inherit the launcher's environment.
-        os.environ[hangreport.ENV] = report_dir
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        patterns = [*run_patterns(os.environ), *BUILTIN_PATTERNS]
+        budget = budget_for(os.environ)
+        what = plan(argv)
+    except (PatternError, BudgetError, UsageError) as error:
+        _say(f"error: {error}")
+        return int(ExitCode.CONFIG)
+    ready = os.environ.get(WAIT_FOR_ENV)
+    if ready:
+        stopped = wait_for_file(Path(ready))
+        if stopped is not None:
+            return stopped
+    if what.torchrun is not None:
+        ending = run_workers(what.torchrun, patterns)
+    else:
         try:
-            run(args)
-        except ChildFailedError as error:
-            # run() returns once every worker has exited: their reports are complete.
-            if _report_hangs(Path(report_dir)):
-                code = ExitCode.HANG
-                _say(f"a watchdog fired (hang report above); exiting {code} ({_meaning(code)})")
-                return int(code)
-            rank, failure = root_failure(error.failures)
-            code = exit_code_for(failure.exitcode)
-            _say(
-                f"rank {rank} failed first with exit code {failure.exitcode}; "
-                f"exiting {code} ({_meaning(code)})"
-            )
-            return code
-        except SignalException as error:
-            _report_hangs(Path(report_dir))
-            code = exit_code_for(-int(error.sigval))
-            _say(f"stopped by signal {int(error.sigval)}; exiting {code}")
-            return code
-    return 0
+            ending = supervise(what.command, patterns).ending
+        except OSError as error:
+            _say(f"error: cannot start {what.command[0]}: {error.strerror}")
+            return int(ExitCode.CONFIG)
+    return exit_code(ending, budget)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from trainer.cli import report_error
 from trainer.config import OptimConfig, TrainConfig
 from trainer.data import SampleOrder, load_dataset, rank_share
 from trainer.errors import DivergedError, ExitCode, TrainerError
+from trainer.failures import NCCL_FAULT, PEER_LOST, classify_exception
 from trainer.faults import FaultInjector
 from trainer.guard import NonFiniteGuard, Verdict
 from trainer.hangreport import HangReport
@@ -77,22 +78,6 @@ def lr_at(step: int, peak: float, config: OptimConfig, max_steps: int) -> float:
     span = max(1, max_steps - config.warmup_steps)
     progress = min(1.0, (step - config.warmup_steps) / span)
     return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
-
-
-def _is_peer_loss(error: BaseException) -> bool:
-    """A collective failed because another rank is gone (gloo or NCCL)."""
-    if isinstance(error, dist.DistError):
-        return True
-    text = str(error)
-    return isinstance(error, RuntimeError) and any(
-        marker in text
-        for marker in (
-            "Connection closed by peer",
-            "Connection reset by peer",
-            "NCCL communicator was aborted",
-            "Broken pipe",
-        )
-    )
 
 
 class Trainer:
@@ -507,11 +492,14 @@ def run(config: TrainConfig) -> int:
     except Exception as error:
         if trainer._exit_lock.locked():
             threading.Event().wait()  # SIGTERM handling owns the exit
-        if _is_peer_loss(error) and hasattr(trainer, "progress"):
-            log.error("a collective failed, another rank is gone: %s", str(error).splitlines()[0])
-            trainer.emergency_exit(ExitCode.PEER_LOST, "peer lost")
+        cause, evidence = classify_exception(error)
+        # The state at the last step boundary is intact when only the collective failed:
+        # save it without collectives. After a GPU fault the device may not even read.
+        if cause in (PEER_LOST, NCCL_FAULT) and hasattr(trainer, "progress"):
+            log.error("a collective failed (%s): %s", cause.title, evidence)
+            trainer.emergency_exit(ExitCode(cause.code), cause.id.replace("-", " "))
         trainer.watchdog.join_report("an error")
         traceback.print_exc()
-        code = ExitCode.FAILED
+        code = cause.code
     _hard_exit(code)
     return int(code)  # not reached

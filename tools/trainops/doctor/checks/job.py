@@ -1,6 +1,7 @@
 """The program's collectives: timeouts and the ranks that did not time out (the likely
 culprits), stragglers from the watchdog's sequence numbers and Flight Recorder dumps,
-collectives that differ between ranks, a hung watchdog, ranks killed by a signal."""
+collectives that differ between ranks, a hung watchdog, ranks killed by a signal; and
+what trainer-launch concluded: the hang report's culprit, its verdict on the workers."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 from trainops.doctor import events as ev
 from trainops.doctor.events import Event
 from trainops.doctor.findings import Context, Found, check, ranks_text, who
-from trainops.model import ERROR
+from trainops.model import ERROR, WARNING
 
 
 def _expected_ranks(ctx: Context) -> int | None:
@@ -210,3 +211,62 @@ def killed(ctx: Context) -> Iterator[Found]:
     ]
     if signals:
         yield Found(f"a rank was killed by SIGKILL ({who(signals)})", signals)
+
+
+@check(
+    "hang-culprit",
+    ERROR,
+    "A hang report names the rank the others wait for",
+    "The rank whose watchdog fires first in a hung step is often only waiting for the stuck "
+    "one. trainer-launch's hang report has every rank of the node say where it was and names "
+    "the rank outside any collective while its peers wait inside one.",
+    "Read the culprit's stacks (printed after the report) and look at its node: data "
+    "loading, a hung kernel or storage I/O on that rank. A culprit 'not on this node' is in "
+    "another pod's report; a rank that wrote no report was stuck in native code.",
+)
+def hang_culprit(ctx: Context) -> Iterator[Found]:
+    reports = ctx.of(ev.HANG_REPORT)
+    seen = set()
+    for event in ctx.of(ev.HANG_CULPRIT):
+        detail = event.fields["detail"]
+        if detail in seen:
+            continue
+        seen.add(detail)
+        report = next((r for r in reversed(reports) if r.source == event.source), None)
+        noticed = ""
+        if report is not None and report.fields["first"] is not None:
+            noticed = f"; the watchdog of rank {report.fields['first']} fired first"
+            if report.fields["step"] is not None:
+                noticed += f", at step {report.fields['step']}"
+        yield Found(
+            f"the hang report names the culprit: {detail}{noticed}",
+            [event, *([report] if report is not None else [])],
+            ranks=event.fields["culprits"],
+        )
+
+
+@check(
+    "launcher-exit",
+    ERROR,
+    "trainer-launch says how the workers ended",
+    "trainer-launch gives each failed rank a cause from its exit status and last lines, and "
+    "exits with the code of the most specific one: the code the operator's ExitCode restart "
+    "policy acts on (1-127 fails the job, 128-255 restarts it).",
+    "A retried cause restarts from the last checkpoint (repeated ones end with exit 6); for a "
+    "permanent one fix what its evidence names (docs/runbook.md, 'What is retried').",
+)
+def launcher_exit(ctx: Context) -> Iterator[Found]:
+    groups: dict[tuple, list[Event]] = defaultdict(list)
+    for event in ctx.of(ev.LAUNCHER_EXIT):
+        fields = event.fields
+        groups[(fields["code"], fields["cause"], fields["decider"])].append(event)
+    for (code, cause, decider), events in groups.items():
+        fields = events[0].fields
+        who = f"rank {decider}: " if decider is not None else ""
+        yield Found(
+            f"trainer-launch exited {code} ({fields['meaning']}): {who}{cause} "
+            f"({fields['evidence']})",
+            events,
+            severity=ERROR if code < 128 else WARNING,
+            ranks=[decider] if decider is not None else [],
+        )
