@@ -16,6 +16,7 @@ class ExitCode(IntEnum):
     TRANSPORT = 4  # NCCL chose another transport than the cluster promises
     HANG = 200  # the watchdog ended a step that took too long
     PEER_LOST = 201  # a collective failed because another rank went away
+    LOCKED = 202  # an earlier launch of this job still holds the checkpoint directory
     TERMINATED = 143  # SIGTERM (eviction, torchrun restart): state saved, 128 + 15
 
     @property
@@ -31,6 +32,7 @@ EXIT_CODE_DOCS = {
     ExitCode.TRANSPORT: "NCCL transport differs from the expected one: not retried",
     ExitCode.HANG: "a step exceeded the watchdog timeout: retried",
     ExitCode.PEER_LOST: "another rank disappeared during a collective: retried",
+    ExitCode.LOCKED: "an earlier launch of this job still holds the checkpoint directory: retried",
     ExitCode.TERMINATED: "SIGTERM received, emergency checkpoint written: retried",
 }
 
