@@ -107,7 +107,9 @@ def launch(
 
 
 @contextmanager
-def running(command: list[str], stderr_file: Path, limit: float = RUN_LIMIT) -> Iterator:
+def running(
+    command: list[str], stderr_file: Path, limit: float = RUN_LIMIT, env: dict | None = None
+) -> Iterator:
     """A process group to talk to while it runs (stdout piped, stderr to a file).
 
     Past `limit` seconds the group is killed, which ends any read of its stdout; on
@@ -117,7 +119,7 @@ def running(command: list[str], stderr_file: Path, limit: float = RUN_LIMIT) -> 
         stderr_file.open("w") as stderr,
         subprocess.Popen(
             command,
-            env=trainer_env(),
+            env=env or trainer_env(),
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,

@@ -342,11 +342,14 @@ class Checkpointer:
 
     def _refuse_other_jobs(self) -> None:
         job = self.config.job
-        for entry in _entries(self.directory):
-            if not (_STEP.match(entry.name) and entry.is_dir(follow_symlinks=False)):
-                continue
+        published = sorted(
+            (int(match[1]), entry.name)
+            for entry in _entries(self.directory)
+            if (match := _STEP.match(entry.name)) and entry.is_dir(follow_symlinks=False)
+        )
+        for _step, name in reversed(published):
             try:
-                manifest = read_manifest(self.directory / entry.name)
+                manifest = read_manifest(self.directory / name)
             except ValueError:
                 continue  # unreadable: resume sets it aside
             writer = identity_from_record(manifest.get("job"))
@@ -354,11 +357,11 @@ class Checkpointer:
                 continue
             if not self.config.adopt:
                 raise ConfigError(
-                    f"checkpoint directory {self.directory} holds {entry.name}, written by "
+                    f"checkpoint directory {self.directory} holds {name}, written by "
                     f"{writer}; this is {job}: give each run its own --checkpoint-dir, or "
                     "pass --adopt-checkpoints to continue that job's training"
                 )
-            log.warning("--adopt-checkpoints: %s was written by %s", entry.name, writer)
+            log.warning("--adopt-checkpoints: %s was written by %s", name, writer)
 
     # -- saving -------------------------------------------------------------------
 
