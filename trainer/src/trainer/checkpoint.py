@@ -249,6 +249,11 @@ def set_aside(path: Path, reason: str = "corrupt") -> Path:
     return target
 
 
+def _is_checkpoint_dir(path: Path) -> bool:
+    """A directory, not a link to one."""
+    return path.is_dir() and not path.is_symlink()
+
+
 def _remove(path: Path) -> None:
     if path.is_symlink():
         path.unlink(missing_ok=True)
@@ -411,7 +416,8 @@ class Checkpointer:
                 return
             # Not this launch's: claim and resume set earlier ones aside, so something
             # else put it here. It must not make this save fail.
-            reason = "discarded" if verify(target, "size") is None else "corrupt"
+            intact = _is_checkpoint_dir(target) and verify(target, "size") is None
+            reason = "discarded" if intact else "corrupt"
             moved = set_aside(target, reason)
             log.warning("%s was in the way of this save: set aside as %s", target.name, moved.name)
         os.rename(tmp, target)
@@ -419,6 +425,8 @@ class Checkpointer:
         self._prune()
 
     def _saved_by_this_launch(self, target: Path) -> bool:
+        if not _is_checkpoint_dir(target):
+            return False
         try:
             manifest = read_manifest(target)
         except ValueError:
@@ -482,8 +490,8 @@ class Checkpointer:
         import torch.distributed.checkpoint as dcp
 
         target = self.directory / f"step-{step}"
-        if self._saved_by_this_launch(target):
-            return target
+        if _is_checkpoint_dir(target) and verify(target, "size") is None:
+            return target  # this step is saved already (by this launch, or the one resumed)
         tmp = self._tmp_dir(step, "emergency")
         with warnings.catch_warnings():
             # DCP warns that it saves "in a single process": that is the point here.

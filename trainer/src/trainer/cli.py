@@ -392,7 +392,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
             mode=args.checkpoint_mode,
             verify=args.checkpoint_verify,
             resume=not args.no_resume,
-            job=cfg.JobIdentity(args.job_name, args.job_uid),
+            job=cfg.JobIdentity(args.job_name or None, args.job_uid or None),
             adopt=args.adopt_checkpoints,
             lock_wait=args.checkpoint_lock_wait,
         ),
