@@ -50,6 +50,23 @@ def kustomize(path: Path) -> list[dict]:
     return [doc.obj for doc in result.documents]
 
 
+def assert_own_checkpoint_directory(container: dict, job_label: str, mounted: bool = True) -> None:
+    """The trainer sees only its job's directory of the shared volume, and knows its job
+    (an MPI launcher only passes both on to the ranks: `mounted` False)."""
+    env = {entry["name"]: entry for entry in container["env"]}
+    assert env["TRAINER_CHECKPOINT_DIR"]["value"] == "/checkpoints"
+    name = env["TRAINER_JOB_NAME"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert name == f"metadata.labels['{job_label}']"
+    if not mounted:
+        return
+    [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == "/checkpoints"]
+    assert mount == {
+        "name": "checkpoints",
+        "mountPath": "/checkpoints",
+        "subPathExpr": "$(TRAINER_JOB_NAME)",
+    }
+
+
 def container_env(container: dict) -> dict[str, str]:
     return {e["name"]: e.get("value") for e in container.get("env", [])}
 
@@ -212,7 +229,7 @@ def test_templates_honour_the_profile(cluster):
         assert shm == {"medium": "Memory", "sizeLimit": profile.shmSize}
         mounts = {m["mountPath"] for m in container["volumeMounts"]}
         assert {"/checkpoints", "/dev/shm"} <= mounts
-        assert env["TRAINER_CHECKPOINT_DIR"].startswith("/checkpoints/")
+        assert_own_checkpoint_directory(container, "training.kubeflow.org/job-name")
         assert spec["terminationGracePeriodSeconds"] > 30
 
 
@@ -542,7 +559,16 @@ def test_cluster_runtimes_carry_everything_the_v1_templates_carry(name):
     assert set(rule["onExitCodes"]["values"]) == {0, *range(128, 256)}
     trainer_container = trainer_job["template"]["spec"]["template"]["spec"]["containers"][0]
     assert trainer_container["name"] == "node"
-    assert container_env(trainer_container)["TRAINER_CHECKPOINT_DIR"].startswith("/checkpoints/")
+    assert_own_checkpoint_directory(container, "jobset.sigs.k8s.io/jobset-name")
+    launches_mpirun = "launcher" in pods
+    assert_own_checkpoint_directory(
+        trainer_container, "jobset.sigs.k8s.io/jobset-name", mounted=not launches_mpirun
+    )
+    uid = {e["name"]: e for e in trainer_container["env"]}["TRAINER_JOB_UID"]
+    assert (
+        uid["valueFrom"]["fieldRef"]["fieldPath"]
+        == "metadata.labels['jobset.sigs.k8s.io/jobset-uid']"
+    )
     if "launcher" in pods:
         mpi = runtime["spec"]["mlPolicy"]["mpi"]
         assert mpi["numProcPerNode"] == profile.gpusPerNode

@@ -32,6 +32,7 @@ EXIT_MEANINGS = {
     143: "stopped by SIGTERM (preemption or restart); the trainer saved a checkpoint",
     200: "the trainer's watchdog ended a hung step",
     201: "a peer rank disappeared during a collective",
+    202: "an earlier launch of the job still held its checkpoint directory",
 }
 
 

@@ -23,6 +23,9 @@ BASE = "../../base"  # from overlays/<cluster>/
 # The label each operator puts on a job's pods, naming the job.
 V1_JOB_LABEL = "training.kubeflow.org/job-name"
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+# JobSet labels its pods with its uid too; the Training and MPI Operators do not.
+JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
+CHECKPOINT_MOUNT = "/checkpoints"
 HEADER = (
     "# Generated from cluster.yaml by trainops. Change the profile instead\n"
     "# (`trainops set {name} KEY=VALUE`): regeneration overwrites this file.\n"
@@ -43,16 +46,14 @@ def generate(profile: ClusterProfile) -> dict[str, str]:
         files["training/cluster/torchrun-elastic.yaml"] = _torchrun_patch(profile, ("Worker",))
     if profile.uses_mpi:
         files["training/cluster/mpijob.yaml"] = _mpijob_patch(profile)
-        if cluster_env(profile):
-            files["training/cluster/mpi-forward.yaml"] = _mpi_forward(profile)
+        files["training/cluster/mpi-forward.yaml"] = _mpi_forward(profile, V1_JOB_LABEL)
     if profile.trainer_v2:
         files["training/cluster/runtime-torch.yaml"] = _runtime_patch(profile, "node")
         if profile.uses_mpi:
             files["training/cluster/runtime-mpi.yaml"] = _runtime_patch(profile, "node", "launcher")
-            if cluster_env(profile):
-                files["training/cluster/runtime-mpi-forward.yaml"] = _mpi_forward(
-                    profile, RUNTIME_LAUNCHER_COMMAND
-                )
+            files["training/cluster/runtime-mpi-forward.yaml"] = _mpi_forward(
+                profile, JOBSET_LABEL, RUNTIME_LAUNCHER_COMMAND
+            )
         files["training/runtimes/kustomization.yaml"] = _runtimes_kustomization(profile)
     for template, base in templates(profile).items():
         files[f"training/{template}/kustomization.yaml"] = _template_kustomization(
@@ -357,14 +358,12 @@ def _cluster_component(p: ClusterProfile) -> str:
         patches.append(_patch_file("torchrun-elastic.yaml", "PyTorchJob", "worker"))
     if p.uses_mpi:
         patches.append({"path": "mpijob.yaml", "target": {"kind": "MPIJob"}})
-        if cluster_env(p):
-            patches.append({"path": "mpi-forward.yaml", "target": {"kind": "MPIJob"}})
+        patches.append({"path": "mpi-forward.yaml", "target": {"kind": "MPIJob"}})
     if p.trainer_v2:
         patches.append(_patch_file("runtime-torch.yaml", RUNTIME, "torch-runtime"))
         if p.uses_mpi:
             patches.append(_patch_file("runtime-mpi.yaml", RUNTIME, "mpi-runtime"))
-            if cluster_env(p):
-                patches.append(_patch_file("runtime-mpi-forward.yaml", RUNTIME, "mpi-runtime"))
+            patches.append(_patch_file("runtime-mpi-forward.yaml", RUNTIME, "mpi-runtime"))
         patches.extend(_trainjob_patches(p))
     if p.queue != "training":
         patches.extend(_queue_patches(p))
@@ -444,14 +443,15 @@ def _pod_patch(p: ClusterProfile, container: str, job_label: str = V1_JOB_LABEL)
     }
     if p.rdma:
         limits[p.rdmaResource] = p.rdmaPerPod
-    container_patch: dict[str, Any] = {"name": container}
-    env = cluster_env(p)
-    if env:
-        container_patch["env"] = [{"name": k, "value": v} for k, v in env]
+    container_patch: dict[str, Any] = {"name": container, "env": _container_env(p, job_label)}
     container_patch["resources"] = {
         "requests": {"cpu": str(p.cpuPerPod), "memory": p.memoryPerPod},
         "limits": limits,
     }
+    # The run sees its own directory of the shared volume, not the other runs'.
+    container_patch["volumeMounts"] = [
+        {"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT, "subPathExpr": "$(TRAINER_JOB_NAME)"}
+    ]
     spec: dict[str, Any] = {}
     if p.gpuProduct:
         spec["nodeSelector"] = {"nvidia.com/gpu.product": p.gpuProduct}
@@ -472,6 +472,21 @@ def _attachments(p: ClusterProfile) -> str:
     attachment, so a pod that requests N VFs attaches the network N times (net1..netN,
     one rail each; NCCL's socket interface stays net1)."""
     return ",".join(["training-net"] * p.rdmaPerPod)
+
+
+def _container_env(p: ClusterProfile, job_label: str) -> list[dict[str, Any]]:
+    """The cluster's variables, and who the job is for the trainer (its checkpoints
+    record it and it refuses another job's): name and uid from the operator's labels."""
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in cluster_env(p)]
+    env.append(_from_label("TRAINER_JOB_NAME", job_label))
+    if job_label == JOBSET_LABEL:
+        env.append(_from_label("TRAINER_JOB_UID", JOBSET_UID_LABEL))
+    env.append({"name": "TRAINER_CHECKPOINT_DIR", "value": CHECKPOINT_MOUNT})
+    return env
+
+
+def _from_label(name: str, label: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{label}']"}}}
 
 
 def _placement(p: ClusterProfile, job_label: str) -> dict[str, Any]:
@@ -520,10 +535,7 @@ def _torchrun_patch(p: ClusterProfile, replicas: tuple[str, ...]) -> str:
 
 
 def _mpijob_patch(p: ClusterProfile) -> str:
-    launcher: dict[str, Any] = {"name": "launcher"}
-    env = cluster_env(p)
-    if env:
-        launcher["env"] = [{"name": k, "value": v} for k, v in env]
+    launcher: dict[str, Any] = {"name": "launcher", "env": _container_env(p, V1_JOB_LABEL)}
     doc = {
         "apiVersion": mpijob_api_version(p),
         "kind": "MPIJob",
@@ -547,10 +559,7 @@ def _runtime_patch(p: ClusterProfile, node: str, launcher: str | None = None) ->
     spec: dict[str, Any] = {}
     if launcher is not None:
         spec["mlPolicy"] = {"mpi": {"numProcPerNode": p.gpusPerNode}}
-        container: dict[str, Any] = {"name": "node"}
-        env = cluster_env(p)
-        if env:
-            container["env"] = [{"name": k, "value": v} for k, v in env]
+        container = {"name": "node", "env": _container_env(p, JOBSET_LABEL)}
         pod = {"template": {"spec": {"containers": [container]}}}
         jobs.append({"name": launcher, "template": {"spec": pod}})
     spec["template"] = {"spec": {"replicatedJobs": jobs}}
@@ -582,12 +591,16 @@ def _runtimes_kustomization(p: ClusterProfile) -> str:
     return _doc(p, doc, comment=comment)
 
 
-def _mpi_forward(p: ClusterProfile, path: str = MPIJOB_LAUNCHER_COMMAND) -> str:
+def _mpi_forward(p: ClusterProfile, job_label: str, path: str = MPIJOB_LAUNCHER_COMMAND) -> str:
     ops = []
-    for name, _ in reversed(cluster_env(p)):
+    # The template's mpirun already forwards TRAINER_CHECKPOINT_DIR.
+    names = [
+        e["name"] for e in _container_env(p, job_label) if e["name"] != "TRAINER_CHECKPOINT_DIR"
+    ]
+    for name in reversed(names):
         ops.append({"op": "add", "path": path, "value": name})
         ops.append({"op": "add", "path": path, "value": "-x"})
-    comment = "# Insert `-x NAME` after `mpirun` for each variable the cluster adds.\n"
+    comment = "# Insert `-x NAME` after `mpirun` for each variable the cluster and the job add.\n"
     return _doc(p, ops, comment=comment)
 
 

@@ -2,19 +2,26 @@
 
 Layout of the checkpoint directory:
 
-    step-N/                DCP shards, .metadata and .trainer-manifest.json: complete
-    step-N.<tag>.tmp/      being written, or abandoned by a crash: never loaded
-    step-N.corrupt[-K]/    failed verification on resume: kept for a human, never loaded
+    step-N/                  DCP shards, .metadata and .trainer-manifest.json: complete
+    step-N.<tag>.tmp/        being written, or abandoned by a crash: never loaded
+    step-N.corrupt[-K]/      failed verification or loading: kept for a human, never loaded
+    step-N.discarded[-K]/    complete, but set aside by --no-resume or a newer save
+    .trainer-lock            held by rank 0 of the job using the directory (`ownership`)
 
 Every save writes into a temporary directory. When DCP has finished (its `.metadata`
-exists), rank 0 lists each file with size and CRC32 in the manifest and renames the
-directory to `step-N`, so a `step-N` directory was complete when it appeared. Resume
-still verifies it (truncation, bit rot, a half-copied directory) and falls back to
-the previous one, renaming the bad one to `step-N.corrupt`.
+exists), rank 0 lists each file with size and CRC32 in the manifest, with the
+identity of the job and the launch that wrote it, and renames the directory to
+`step-N`, so a `step-N` directory was complete when it appeared. Resume still
+verifies it (truncation, bit rot, a half-copied directory, a planted file) and
+reads it without running code from it (`safe_dcp`); a bad one is set aside at once
+and the previous one tried. A job whose checkpoints are all bad stops: starting
+over silently would throw away its training.
 
 Async saves (the default) stage the state in memory, return, and write in the
 background over their own gloo process group so they never interleave with the
-training collectives; only one save is in flight at a time.
+training collectives; only one save is in flight at a time. A save that fails (a
+full or read-only volume) is logged and counted, and training goes on: the next
+interval tries again.
 """
 
 from __future__ import annotations
@@ -25,53 +32,89 @@ import logging
 import os
 import re
 import shutil
-import tempfile
+import stat
 import time
 import warnings
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.distributed.checkpoint import CheckpointException, FileSystemWriter
 
-from trainer.config import CheckpointConfig
+from trainer import safe_dcp
+from trainer.config import CheckpointConfig, JobIdentity
+from trainer.errors import ConfigError, ExitCode, TrainerError
+from trainer.ownership import DirectoryLock, identity_from_record, identity_record
 
 log = logging.getLogger("trainer.checkpoint")
 
 MANIFEST = ".trainer-manifest.json"
-DCP_METADATA = ".metadata"
+DCP_METADATA = safe_dcp.DCP_METADATA
+MAX_MANIFEST_BYTES = 16 << 20
 _STEP = re.compile(r"^step-(\d+)$")
 _TMP = re.compile(r"^step-(\d+)\..+\.tmp$")
-_CORRUPT = re.compile(r"^step-(\d+)\.corrupt(?:-\d+)?$")
+_SET_ASIDE = re.compile(r"^step-(\d+)\.(corrupt|discarded)(?:-\d+)?$")
+_CRC32 = re.compile(r"^[0-9a-f]{8}$")
 _CHUNK = 8 << 20
+# DCP's CheckpointException derives from BaseException: name it next to Exception.
+CHECKPOINT_ERRORS = (Exception, CheckpointException)
 
 
 @dataclass(frozen=True)
 class CheckpointInfo:
     step: int
     path: Path
-    status: str  # complete | partial | corrupt
+    status: str  # complete | partial | corrupt | discarded
     problem: str | None = None
+
+    @property
+    def published(self) -> bool:
+        """Still under its `step-N` name: a resume would consider it."""
+        return _STEP.match(self.path.name) is not None
+
+
+class UnusableCheckpoints(ConfigError):
+    """Every checkpoint of the job failed verification or loading."""
+
+
+def _open_regular(path: Path):
+    """A regular file opened for reading, never through a link, never blocking on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    handle = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        handle.close()
+        raise ValueError(f"{path.name} is not a regular file")
+    return handle
 
 
 def file_crc32(path: Path) -> str:
     crc = 0
-    with path.open("rb") as handle:
+    with _open_regular(path) as handle:
         while chunk := handle.read(_CHUNK):
             crc = zlib.crc32(chunk, crc)
     return f"{crc:08x}"
 
 
-def write_manifest(directory: Path, step: int, world_size: int) -> None:
+def write_manifest(
+    directory: Path, step: int, world_size: int, job: JobIdentity, launch_tag: str
+) -> None:
     files = {}
     for path in sorted(directory.iterdir()):
         if path.is_file() and path.name != MANIFEST:
             files[path.name] = {"size": path.stat().st_size, "crc32": file_crc32(path)}
     if DCP_METADATA not in files:
         raise RuntimeError(f"{directory}: DCP wrote no {DCP_METADATA}; the save is incomplete")
-    manifest = {"step": step, "world_size": world_size, "created": time.time(), "files": files}
+    manifest = {
+        "step": step,
+        "world_size": world_size,
+        "created": time.time(),
+        "job": identity_record(job),
+        "launch": launch_tag,
+        "files": files,
+    }
     tmp = directory / (MANIFEST + ".tmp")
     with tmp.open("w") as handle:
         json.dump(manifest, handle, indent=1, sort_keys=True)
@@ -81,16 +124,40 @@ def write_manifest(directory: Path, step: int, world_size: int) -> None:
 
 
 def read_manifest(directory: Path) -> dict:
+    """The manifest, checked: at most MAX_MANIFEST_BYTES, files named inside the directory."""
     try:
-        manifest = json.loads((directory / MANIFEST).read_text())
-        files = manifest["files"]
+        with _open_regular(directory / MANIFEST) as handle:
+            data = handle.read(MAX_MANIFEST_BYTES + 1)
     except FileNotFoundError:
         raise ValueError(f"no {MANIFEST}") from None
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"unreadable {MANIFEST}: {error}") from None
+    except OSError as error:
+        raise ValueError(f"unreadable {MANIFEST}: {error.strerror}") from None
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ValueError(f"{MANIFEST} is larger than {MAX_MANIFEST_BYTES} bytes")
+    try:
+        manifest = json.loads(data)
+    except (ValueError, RecursionError) as error:
+        raise ValueError(f"unreadable {MANIFEST}: {str(error).splitlines()[0]}") from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
     if not isinstance(files, dict) or DCP_METADATA not in files:
         raise ValueError(f"{MANIFEST} does not list {DCP_METADATA}")
+    for name, entry in files.items():
+        if "/" in name or "\0" in name or name in ("", ".", "..", MANIFEST):
+            raise ValueError(f"{MANIFEST} lists {name[:80]!r}, not a file of this checkpoint")
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("size"), int)
+            and not isinstance(entry["size"], bool)
+            and entry["size"] >= 0
+            and isinstance(entry.get("crc32"), str)
+            and _CRC32.match(entry["crc32"])
+        ):
+            raise ValueError(f"{MANIFEST}: malformed entry for {name[:80]!r}")
     return manifest
+
+
+def file_sizes(manifest: Mapping) -> dict[str, int]:
+    return {name: entry["size"] for name, entry in manifest["files"].items()}
 
 
 def verify_files(directory: Path, names: list[str], files: Mapping, mode: str) -> str | None:
@@ -98,13 +165,22 @@ def verify_files(directory: Path, names: list[str], files: Mapping, mode: str) -
     for name in names:
         path, expected = directory / name, files[name]
         try:
-            size = path.stat().st_size
+            info = os.lstat(path)
         except FileNotFoundError:
             return f"{name} is missing"
-        if size != expected["size"]:
-            return f"{name} has {size} bytes, the manifest says {expected['size']}"
-        if mode == "crc32" and file_crc32(path) != expected["crc32"]:
-            return f"{name} fails its CRC32 check"
+        except OSError as error:
+            return f"{name}: {error.strerror}"
+        if not stat.S_ISREG(info.st_mode):
+            return f"{name} is not a regular file"
+        if info.st_size != expected["size"]:
+            return f"{name} has {info.st_size} bytes, the manifest says {expected['size']}"
+        if mode == "crc32":
+            try:
+                crc = file_crc32(path)
+            except (OSError, ValueError) as error:
+                return f"{name}: {getattr(error, 'strerror', None) or error}"
+            if crc != expected["crc32"]:
+                return f"{name} fails its CRC32 check"
     return None
 
 
@@ -116,22 +192,32 @@ def verify(directory: Path, mode: str = "crc32") -> str | None:
     return verify_files(directory, sorted(files), files, mode)
 
 
+def _entries(directory: Path) -> Iterator[os.DirEntry]:
+    try:
+        with os.scandir(directory) as entries:
+            yield from entries
+    except FileNotFoundError:
+        return
+
+
 def scan(directory: Path, mode: str = "size") -> list[CheckpointInfo]:
-    """Every checkpoint directory, oldest first, with its status."""
+    """Every checkpoint directory, oldest first, with its status. Links are never followed."""
     found = []
-    if not directory.is_dir():
-        return found
-    for path in directory.iterdir():
-        if not path.is_dir():
-            continue
-        if match := _STEP.match(path.name):
+    for entry in _entries(directory):
+        path = directory / entry.name
+        is_dir = entry.is_dir(follow_symlinks=False)
+        if match := _STEP.match(entry.name):
+            if not is_dir:
+                kind = "a symbolic link" if entry.is_symlink() else "not a directory"
+                found.append(CheckpointInfo(int(match[1]), path, "corrupt", kind))
+                continue
             problem = verify(path, mode)
             status = "corrupt" if problem else "complete"
             found.append(CheckpointInfo(int(match[1]), path, status, problem))
-        elif match := _TMP.match(path.name):
+        elif (match := _TMP.match(entry.name)) and is_dir:
             found.append(CheckpointInfo(int(match[1]), path, "partial", "never finished"))
-        elif match := _CORRUPT.match(path.name):
-            found.append(CheckpointInfo(int(match[1]), path, "corrupt", "set aside on resume"))
+        elif match := _SET_ASIDE.match(entry.name):
+            found.append(CheckpointInfo(int(match[1]), path, match[2], "set aside"))
     return sorted(found, key=lambda info: (info.step, info.path.name))
 
 
@@ -147,23 +233,42 @@ def params_sha256(model_state: Mapping[str, torch.Tensor]) -> str:
 
 def load_offline(directory: Path) -> dict:
     """The whole checkpoint as plain nested dicts, without a process group."""
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    with tempfile.TemporaryDirectory(prefix="trainer-inspect-") as tmp:
-        out = Path(tmp) / "state.pt"
-        dcp_to_torch_save(directory, out)
-        return torch.load(out, weights_only=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        return safe_dcp.load_offline(directory, file_sizes(read_manifest(directory)))
 
 
-def set_aside(path: Path) -> Path:
-    """Rename a bad step-N directory so it is never chosen again."""
-    target = path.with_name(path.name + ".corrupt")
+def set_aside(path: Path, reason: str = "corrupt") -> Path:
+    """Rename a step-N entry so that it is never chosen again (`reason`: corrupt, discarded)."""
+    target = path.with_name(f"{path.name}.{reason}")
     counter = 1
-    while target.exists():
-        target = path.with_name(f"{path.name}.corrupt-{counter}")
+    while os.path.lexists(target):
+        target = path.with_name(f"{path.name}.{reason}-{counter}")
         counter += 1
     os.rename(path, target)
     return target
+
+
+def _is_checkpoint_dir(path: Path) -> bool:
+    """A directory, not a link to one."""
+    return path.is_dir() and not path.is_symlink()
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def describe_failure(error: BaseException) -> str:
+    """One line for a failed save: each failing rank's exception, without tracebacks."""
+    if isinstance(error, CheckpointException):
+        return "; ".join(
+            f"rank {rank}: {type(exc).__name__}: {exc}".splitlines()[0]
+            for rank, (exc, _trace) in sorted(error.failures.items())
+        )
+    return f"{type(error).__name__}: {error}".splitlines()[0]
 
 
 @dataclass
@@ -186,13 +291,82 @@ class Checkpointer:
         self.group = dist.new_group(backend="gloo")
         self._finisher = ThreadPoolExecutor(1, thread_name_prefix="ckpt-finish")
         self._inflight: SaveRecord | None = None
+        self._lock: DirectoryLock | None = None
         self.last_save_seconds: float | None = None
         self.last_blocking_seconds: float | None = None
         self.failed_saves = 0
-        # Called on the training thread as on_saved(step, save_seconds, blocking_seconds).
+        # Called on the training thread as on_saved(step, save_seconds, blocking_seconds)
+        # and on_failed(step, reason).
         self.on_saved: Callable[[int, float, float], None] | None = None
+        self.on_failed: Callable[[int, str], None] | None = None
+        # Fault injection: the storage writer to use for a step's save.
+        self.writer_for: Callable[[Path, int], FileSystemWriter] = lambda path, step: (
+            FileSystemWriter(path)
+        )
+
+    # -- taking the directory -----------------------------------------------------
+
+    def claim(self) -> None:
+        """Take the directory for this job, on every rank.
+
+        Rank 0 creates and locks it, refuses it if another job's checkpoints are in
+        it, removes abandoned temporary directories and, with --no-resume, sets the
+        earlier checkpoints aside. Every rank raises the same error if that fails.
+        """
+        import torch.distributed as dist
+
+        verdict: list = [None]
         if self.rank == 0:
+            try:
+                self._claim()
+            except TrainerError as error:
+                verdict = [(str(error), int(error.code))]
+        dist.broadcast_object_list(verdict, src=0, group=self.group)
+        if verdict[0] is not None:
+            message, code = verdict[0]
+            raise TrainerError(message, ExitCode(code))
+
+    def _claim(self) -> None:
+        try:
             self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ConfigError(f"--checkpoint-dir {self.directory}: {error.strerror}") from None
+        self._lock = DirectoryLock(self.directory, self.config.job, self.launch_tag)
+        self._lock.acquire(self.config.lock_wait)
+        self._refuse_other_jobs()
+        try:
+            for info in scan(self.directory):
+                if info.status == "partial":
+                    log.info("removing unfinished checkpoint %s", info.path.name)
+                    _remove(info.path)
+                elif info.published and not self.config.resume:
+                    moved = set_aside(info.path, "discarded")
+                    log.warning("--no-resume: %s set aside as %s", info.path.name, moved.name)
+        except OSError as error:
+            raise ConfigError(f"--checkpoint-dir {self.directory}: {error.strerror}") from None
+
+    def _refuse_other_jobs(self) -> None:
+        job = self.config.job
+        published = sorted(
+            (int(match[1]), entry.name)
+            for entry in _entries(self.directory)
+            if (match := _STEP.match(entry.name)) and entry.is_dir(follow_symlinks=False)
+        )
+        for _step, name in reversed(published):
+            try:
+                manifest = read_manifest(self.directory / name)
+            except ValueError:
+                continue  # unreadable: resume sets it aside
+            writer = identity_from_record(manifest.get("job"))
+            if not writer.known or writer.same_job(job):
+                continue
+            if not self.config.adopt:
+                raise ConfigError(
+                    f"checkpoint directory {self.directory} holds {name}, written by "
+                    f"{writer}; this is {job}: give each run its own --checkpoint-dir, or "
+                    "pass --adopt-checkpoints to continue that job's training"
+                )
+            log.warning("--adopt-checkpoints: %s was written by %s", name, writer)
 
     # -- saving -------------------------------------------------------------------
 
@@ -206,18 +380,23 @@ class Checkpointer:
         started = time.perf_counter()
         self.wait()
         tmp = self._tmp_dir(step, "save")
+        writer = self.writer_for(tmp, step)
         if self.config.mode == "sync":
             try:
-                dcp.save(state, checkpoint_id=tmp, process_group=self.group)
+                dcp.save(state, storage_writer=writer, process_group=self.group)
                 if self.rank == 0:
                     self._finalize(tmp, step)
-            except Exception as error:  # a failed save must not end the run
+            except CHECKPOINT_ERRORS as error:  # a failed save must not end the run
                 self._record_failure(step, error)
                 return
             self.last_blocking_seconds = self.last_save_seconds = time.perf_counter() - started
             self._report(step, self.last_blocking_seconds)
             return
-        future = dcp.async_save(state, checkpoint_id=tmp, process_group=self.group)
+        try:
+            future = dcp.async_save(state, storage_writer=writer, process_group=self.group)
+        except CHECKPOINT_ERRORS as error:
+            self._record_failure(step, error)
+            return
         if self.rank == 0:
             future = self._finisher.submit(self._finish_async, future, tmp, step)
         blocking = time.perf_counter() - started
@@ -229,20 +408,42 @@ class Checkpointer:
         self._finalize(tmp, step)
 
     def _finalize(self, tmp: Path, step: int) -> None:
-        write_manifest(tmp, step, self.world_size)
+        write_manifest(tmp, step, self.world_size, self.config.job, self.launch_tag)
         target = self.directory / f"step-{step}"
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if verify(target, "size") is not None:
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)  # an emergency save got there first
+        if os.path.lexists(target):
+            if self._saved_by_this_launch(target):
+                _remove(tmp)  # an emergency save got there first
+                return
+            # Not this launch's: claim and resume set earlier ones aside, so something
+            # else put it here. It must not make this save fail.
+            intact = _is_checkpoint_dir(target) and verify(target, "size") is None
+            reason = "discarded" if intact else "corrupt"
+            moved = set_aside(target, reason)
+            log.warning("%s was in the way of this save: set aside as %s", target.name, moved.name)
+        os.rename(tmp, target)
         _fsync_dir(self.directory)
         self._prune()
 
+    def _saved_by_this_launch(self, target: Path) -> bool:
+        if not _is_checkpoint_dir(target):
+            return False
+        try:
+            manifest = read_manifest(target)
+        except ValueError:
+            return False
+        return manifest.get("launch") == self.launch_tag and verify(target, "size") is None
+
     def _record_failure(self, step: int, error: BaseException) -> None:
         self.failed_saves += 1
-        log.error("checkpoint of step %d failed: %s", step, error)
+        reason = describe_failure(error)
+        log.error(
+            "checkpoint of step %d failed (%d so far), training goes on: %s",
+            step,
+            self.failed_saves,
+            reason,
+        )
+        if self.on_failed is not None:
+            self.on_failed(step, reason)
 
     def poll(self) -> None:
         """Finish bookkeeping of a background save that has completed."""
@@ -258,7 +459,7 @@ class Checkpointer:
         record, self._inflight = self._inflight, None
         try:
             record.future.result()
-        except Exception as error:
+        except CHECKPOINT_ERRORS as error:
             self._record_failure(record.step, error)
             return
         self.last_save_seconds = time.perf_counter() - record.started
@@ -279,26 +480,23 @@ class Checkpointer:
             stale = (
                 (info.status == "complete" and info.step < oldest_kept)
                 or (info.status == "partial" and info.step <= newest)
-                or (
-                    info.path.name.startswith(f"step-{info.step}.corrupt")
-                    and info.step < oldest_kept
-                )
+                or (not info.published and info.status != "partial" and info.step < oldest_kept)
             )
             if stale:
-                shutil.rmtree(info.path, ignore_errors=True)
+                _remove(info.path)
 
     def emergency_save(self, step: int, state: dict) -> Path | None:
         """Rank 0 writes `state` as step-N without any collective (peers may be gone)."""
         import torch.distributed.checkpoint as dcp
 
         target = self.directory / f"step-{step}"
-        if target.exists() and verify(target, "size") is None:
-            return target
+        if _is_checkpoint_dir(target) and verify(target, "size") is None:
+            return target  # this step is saved already (by this launch, or the one resumed)
         tmp = self._tmp_dir(step, "emergency")
         with warnings.catch_warnings():
             # DCP warns that it saves "in a single process": that is the point here.
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            dcp.save(state, checkpoint_id=tmp, no_dist=True)
+            dcp.save(state, storage_writer=FileSystemWriter(tmp), no_dist=True)
         self._finalize(tmp, step)
         return target
 
@@ -308,57 +506,82 @@ class Checkpointer:
 
     # -- restoring ----------------------------------------------------------------
 
-    def discard_unfinished(self) -> None:
-        """Rank 0, at start-up: temporary directories of earlier launches are dead."""
-        if self.rank != 0:
-            return
-        for info in scan(self.directory):
-            if info.status == "partial":
-                log.info("removing unfinished checkpoint %s", info.path.name)
-                shutil.rmtree(info.path, ignore_errors=True)
-
     def restore(self, template: Callable[[set[str]], dict]) -> tuple[int, dict] | None:
         """Load the newest checkpoint that verifies and loads on every rank.
 
         `template(keys)` returns the state to load into, given the flattened keys the
-        checkpoint holds. Returns (step, loaded state), or None when there is none.
+        checkpoint holds. Returns (step, loaded state), or None when the directory has
+        never held a checkpoint. Bad checkpoints are set aside as they are found; when
+        there were checkpoints but none is usable, raises UnusableCheckpoints.
         """
         import torch.distributed as dist
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint import FileSystemReader
 
-        candidates = [None]
+        plan: list = [None]
+        set_aside_names: list[str] = []
         if self.rank == 0:
-            candidates = [
-                [info.step for info in reversed(scan(self.directory)) if info.status == "complete"]
-            ]
-        dist.broadcast_object_list(candidates, src=0, group=self.group)
-        for step in candidates[0]:
+            plan = [self._candidates(set_aside_names)]
+        dist.broadcast_object_list(plan, src=0, group=self.group)
+        candidates, had_checkpoints = plan[0]
+        for step in candidates:
             path = self.directory / f"step-{step}"
-            # Agree on the verdict before loading: dcp.load is a collective.
+            # Agree on each verdict before the next step: dcp.load is a collective.
             bad = self._agree(self._verify_share(path))
+            if not bad:
+                files = metadata = None
+                try:
+                    files = file_sizes(read_manifest(path))
+                    metadata = safe_dcp.read_metadata(path, files)
+                    problem = None
+                except (OSError, ValueError) as error:
+                    problem = f"metadata: {error}".splitlines()[0]
+                bad = self._agree(problem)
             state = None
             if not bad:
                 problem = None
                 try:
-                    keys = set(FileSystemReader(path).read_metadata().state_dict_metadata)
-                    state = template(keys)
-                    dcp.load(state, checkpoint_id=path, process_group=self.group)
-                except Exception as error:
-                    problem = f"load failed: {error}".splitlines()[0]
+                    state = template(set(metadata.state_dict_metadata))
+                    safe_dcp.load(state, path, files, self.group)
+                except CHECKPOINT_ERRORS as error:
+                    problem = f"load failed: {describe_failure(error)}"
                 bad = self._agree(problem)
             if not bad:
                 return step, state
             if self.rank == 0:
                 moved = set_aside(path)
+                set_aside_names.append(moved.name)
                 log.error(
-                    "checkpoint step-%d is unusable (%s); set aside as %s, trying the previous one",
+                    "checkpoint step-%d is unusable (%s); set aside as %s",
                     step,
                     "; ".join(bad),
                     moved.name,
                 )
             dist.barrier(group=self.group)
+        if had_checkpoints:
+            named = f" ({', '.join(set_aside_names)})" if set_aside_names else ""
+            raise UnusableCheckpoints(
+                f"no usable checkpoint in {self.directory}: every one failed verification "
+                f"or loading and is set aside{named}; repair them, or pass --no-resume to "
+                "start over from step 0"
+            )
         return None
+
+    def _candidates(self, set_aside_names: list[str]) -> tuple[list[int], bool]:
+        """Rank 0: complete checkpoints newest first, after setting the bad ones aside;
+        and whether the directory has ever held a checkpoint."""
+        infos = scan(self.directory)
+        for info in infos:
+            if info.status == "corrupt" and info.published:
+                moved = set_aside(info.path)
+                set_aside_names.append(moved.name)
+                log.error(
+                    "checkpoint %s is unusable (%s); set aside as %s",
+                    info.path.name,
+                    info.problem,
+                    moved.name,
+                )
+        complete = [info.step for info in reversed(infos) if info.status == "complete"]
+        had_checkpoints = any(info.status in ("complete", "corrupt") for info in infos)
+        return complete, had_checkpoints
 
     def _agree(self, problem: str | None) -> list[str]:
         """Every rank's problem, on every rank."""

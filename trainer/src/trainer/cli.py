@@ -1,8 +1,8 @@
 """Command line of `python -m trainer`: flags and environment into a `TrainConfig`.
 
 Flags win over environment variables; the job templates set the environment
-(TRAINER_CHECKPOINT_DIR, TRAINER_METRICS_PORT, TRAINER_EXPECT_TRANSPORT,
-TRAINER_EXPECT_GDR) and runs add flags.
+(TRAINER_CHECKPOINT_DIR, TRAINER_JOB_NAME, TRAINER_JOB_UID, TRAINER_METRICS_PORT,
+TRAINER_EXPECT_TRANSPORT, TRAINER_EXPECT_GDR) and runs add flags.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from trainer import config as cfg
 from trainer.errors import EXIT_CODE_DOCS, ConfigError, ExitCode, TrainerError
+from trainer.ownership import check_directory
 
 EPILOG = "exit codes:\n" + "\n".join(
     f"  {int(code):>3}  {text}" for code, text in EXIT_CODE_DOCS.items()
@@ -249,7 +250,35 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         help="check file sizes and CRC32 (default) or sizes only on resume",
     )
     ckpt.add_argument(
-        "--no-resume", action="store_true", help="start from scratch even if checkpoints exist"
+        "--no-resume",
+        action="store_true",
+        help="start from scratch: earlier checkpoints are set aside as step-N.discarded",
+    )
+    ckpt.add_argument(
+        "--job-name",
+        default=env.get("TRAINER_JOB_NAME") or None,
+        help="name of this job, recorded in its checkpoints; a resume refuses checkpoints "
+        "of another job (env TRAINER_JOB_NAME; the templates pass the operator's job name)",
+    )
+    ckpt.add_argument(
+        "--job-uid",
+        default=env.get("TRAINER_JOB_UID") or None,
+        help="uid of this job, recorded with its name (env TRAINER_JOB_UID; the Trainer v2 "
+        "templates pass the JobSet's uid; unset: the name alone identifies the job)",
+    )
+    ckpt.add_argument(
+        "--adopt-checkpoints",
+        action="store_true",
+        help="resume from checkpoints another job wrote in --checkpoint-dir "
+        "(a deliberate continuation, e.g. of a deleted job under a new name)",
+    )
+    ckpt.add_argument(
+        "--checkpoint-lock-wait",
+        type=_non_negative_float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long to wait for an earlier launch of this job to release the "
+        "checkpoint directory (default 300; keep it below --collective-timeout)",
     )
 
     guard = parser.add_argument_group("failure handling")
@@ -279,8 +308,9 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KIND@STEP[:rank=R]",
-        help="chaos testing: sigkill, sigterm, nan, hang, exception or watchdog "
-        "(fire the watchdog now) at a step, once per job; repeatable",
+        help="chaos testing: sigkill, sigterm, nan, hang, exception, watchdog "
+        "(fire the watchdog now) or nospace (the checkpoint of that step finds the volume "
+        "full) at a step, once per job; repeatable",
     )
 
     metrics = parser.add_argument_group("metrics")
@@ -327,6 +357,10 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         raise ConfigError("--model gpt reads token data: use --dataset tokens or synthetic")
     if args.expect_gdr and args.expect_transport == "socket":
         raise ConfigError("--expect-gdr needs --expect-transport ib (sockets have no GPUDirect)")
+    if args.checkpoint_dir is not None:
+        check_directory(args.checkpoint_dir, f"--checkpoint-dir {args.checkpoint_dir}")
+    elif args.adopt_checkpoints:
+        raise ConfigError("--adopt-checkpoints needs --checkpoint-dir")
     return cfg.TrainConfig(
         max_steps=args.max_steps,
         seed=args.seed,
@@ -358,6 +392,9 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
             mode=args.checkpoint_mode,
             verify=args.checkpoint_verify,
             resume=not args.no_resume,
+            job=cfg.JobIdentity(args.job_name or None, args.job_uid or None),
+            adopt=args.adopt_checkpoints,
+            lock_wait=args.checkpoint_lock_wait,
         ),
         guard=cfg.GuardConfig(args.max_bad_steps, args.max_rollbacks),
         watchdog=cfg.WatchdogConfig(args.watchdog_timeout),

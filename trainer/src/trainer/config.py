@@ -17,7 +17,7 @@ LR_SCHEDULES = ("cosine", "constant")
 CHECKPOINT_MODES = ("async", "sync")
 CHECKPOINT_VERIFY = ("crc32", "size")
 TRANSPORTS = ("ib", "socket")
-FAULT_KINDS = ("sigkill", "sigterm", "nan", "hang", "exception", "watchdog")
+FAULT_KINDS = ("sigkill", "sigterm", "nan", "hang", "exception", "watchdog", "nospace")
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,28 @@ class OptimConfig:
 
 
 @dataclass(frozen=True)
+class JobIdentity:
+    """The job a process belongs to, as the operators name it; unknown parts are None."""
+
+    name: str | None = None
+    uid: str | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.name is not None
+
+    def same_job(self, other: JobIdentity) -> bool:
+        """Same name, and the same uid unless one side does not know it."""
+        uids_differ = self.uid is not None and other.uid is not None and self.uid != other.uid
+        return self.name == other.name and not uids_differ
+
+    def __str__(self) -> str:
+        if not self.known:
+            return "a job with no name"
+        return f"job {self.name!r}" + (f" (uid {self.uid})" if self.uid else "")
+
+
+@dataclass(frozen=True)
 class CheckpointConfig:
     directory: Path | None = None
     interval: int = 100  # steps between saves
@@ -57,6 +79,9 @@ class CheckpointConfig:
     mode: str = "async"
     verify: str = "crc32"
     resume: bool = True
+    job: JobIdentity = field(default_factory=JobIdentity)
+    adopt: bool = False  # resume from checkpoints another job wrote
+    lock_wait: float = 300.0  # seconds to wait for an earlier launch of this job
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ class ExitCode(IntEnum):
     RETRIES_EXHAUSTED = 6  # retryable failures kept coming without a new checkpoint
     HANG = 200  # the watchdog ended a step that took too long
     PEER_LOST = 201  # a collective failed because another rank went away
+    LOCKED = 202  # an earlier launch of this job still holds the checkpoint directory
     FAULT = 203  # GPU, driver or NCCL fault (CUDA error, ECC, Xid, NCCL system error)
     RENDEZVOUS = 204  # rendezvous or the c10d store failed (a lost master, the network)
     TRANSIENT = 205  # a failure the run's own patterns call transient
@@ -39,6 +40,7 @@ EXIT_CODE_DOCS = {
     "not retried",
     ExitCode.HANG: "a step exceeded the watchdog timeout: retried",
     ExitCode.PEER_LOST: "another rank disappeared during a collective: retried",
+    ExitCode.LOCKED: "an earlier launch of this job still holds the checkpoint directory: retried",
     ExitCode.FAULT: "GPU, driver or NCCL fault: retried",
     ExitCode.RENDEZVOUS: "rendezvous or the c10d store failed: retried",
     ExitCode.TRANSIENT: "a failure the run's patterns call transient: retried",

@@ -13,6 +13,9 @@ instead of crashing again at the same step.
                 the step blocks: in the hang, with hang@S on the same rank; else in
                 the gradient all-reduce, once every hang@S of another rank has begun
                 (their markers), so that this rank is the one that notices the hang
+    nospace@S   the checkpoint of step S: DCP's writer fails with ENOSPC, as on a full
+                volume, inside DCP's own write path (so DCP reports it as it would a
+                real one)
 
 With `watchdog@S` the order in which ranks notice a hang is chosen, not left to
 the scheduler: the hang report must name the stuck rank in either order.
@@ -20,6 +23,7 @@ the scheduler: the hang report must name the stuck rank in either order.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -27,6 +31,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from torch.distributed.checkpoint import FileSystemWriter
 
 from trainer.config import Fault
 
@@ -102,6 +108,12 @@ class FaultInjector:
         while not all(marker.exists() for marker in markers):
             time.sleep(_MARKER_POLL_SECONDS)
 
+    def checkpoint_writer(self, path: Path, step: int) -> FileSystemWriter:
+        """The storage writer for step's checkpoint: a full volume when nospace@step is due."""
+        if self._claim("nospace", step):
+            return FullVolumeWriter(path)
+        return FileSystemWriter(path)
+
     def after_step(self, step: int) -> None:
         if self._claim("sigkill", step):
             os.kill(os.getpid(), signal.SIGKILL)
@@ -109,3 +121,10 @@ class FaultInjector:
             os.kill(os.getpid(), signal.SIGTERM)
             # The signal lands at the end of this step: wait here for the handler.
             threading.Event().wait()
+
+
+class FullVolumeWriter(FileSystemWriter):
+    """Writes no data: fails as a write to a full volume does."""
+
+    def write_data(self, plan, planner):
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (injected)", str(self.path))

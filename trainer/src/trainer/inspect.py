@@ -1,8 +1,10 @@
 """`python -m trainer.inspect DIR`: what a checkpoint directory holds, as JSON.
 
 Reports the newest complete checkpoint (the one a resume would pick) with its
-progress counters and a digest of the model parameters, and lists every checkpoint
-by status. Needs no process group and no GPU; run it next to the volume.
+progress counters, the job that wrote it and a digest of the model parameters, and
+lists every checkpoint by status. Needs no process group and no GPU; run it next to
+the volume. It only reads: a checkpoint is read as a resume reads it (`safe_dcp`,
+no code from the checkpoint runs), and nothing is renamed.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ import sys
 from pathlib import Path
 
 from trainer.config import CHECKPOINT_VERIFY
+from trainer.errors import ConfigError
+from trainer.ownership import check_directory
+
+PROGRESS_KEYS = ("epoch", "consumed_samples", "world_size", "launches", "productive_seconds")
 
 
 def describe(directory: Path, verify_mode: str = "crc32", with_params: bool = True) -> dict:
-    from trainer.checkpoint import load_offline, params_sha256, scan
+    from trainer.checkpoint import CHECKPOINT_ERRORS, describe_failure, scan
 
     infos = scan(directory, mode=verify_mode)
     report = {
@@ -28,6 +34,7 @@ def describe(directory: Path, verify_mode: str = "crc32", with_params: bool = Tr
         "launches": None,
         "productive_seconds": None,
         "params_sha256": None,
+        "job": None,
         "complete": [i.step for i in infos if i.status == "complete"],
         "partial": [i.step for i in infos if i.status == "partial"],
         "corrupt": [
@@ -35,26 +42,37 @@ def describe(directory: Path, verify_mode: str = "crc32", with_params: bool = Tr
             for i in infos
             if i.status == "corrupt"
         ],
+        "discarded": [i.step for i in infos if i.status == "discarded"],
     }
     for info in reversed([i for i in infos if i.status == "complete"]):
         try:
-            state = load_offline(info.path)
-        except Exception as error:
+            found = _summary(info.path, with_params)
+        except CHECKPOINT_ERRORS as error:  # whatever a hostile checkpoint makes a load raise
             report["complete"].remove(info.step)
-            problem = f"load failed: {error}".splitlines()[0]
+            problem = f"load failed: {describe_failure(error)}"
             report["corrupt"].append(
                 {"step": info.step, "path": info.path.name, "problem": problem}
             )
             continue
-        progress = state.get("progress", {})
-        report["step"] = info.step
-        for key in ("epoch", "consumed_samples", "world_size", "launches", "productive_seconds"):
-            report[key] = progress.get(key)
-        if with_params:
-            report["params_sha256"] = params_sha256(state["model"])
+        report.update(found, step=info.step)
         break
     report["corrupt"].sort(key=lambda entry: entry["step"])
     return report
+
+
+def _summary(path: Path, with_params: bool) -> dict:
+    from trainer.checkpoint import load_offline, params_sha256, read_manifest
+
+    job = read_manifest(path).get("job")
+    state = load_offline(path)
+    progress = state.get("progress")
+    if not isinstance(progress, dict):
+        raise ValueError("the checkpoint has no progress counters")
+    summary = {key: progress.get(key) for key in PROGRESS_KEYS}
+    summary["job"] = job
+    if with_params:
+        summary["params_sha256"] = params_sha256(state["model"])
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,11 +93,15 @@ def main(argv: list[str] | None = None) -> int:
         "--no-params", action="store_true", help="skip loading the model to digest its parameters"
     )
     args = parser.parse_args(argv)
-    if not args.directory.is_dir():
-        print(f"trainer.inspect: error: {args.directory}: no such directory", file=sys.stderr)
+    try:
+        check_directory(args.directory, str(args.directory))
+        if not args.directory.exists():
+            raise ConfigError(f"{args.directory}: no such directory")
+    except ConfigError as error:
+        print(f"trainer.inspect: error: {error}", file=sys.stderr)
         return 2
     report = describe(args.directory, args.verify, not args.no_params)
-    print(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2, default=str))
     return 0
 
 

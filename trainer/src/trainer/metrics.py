@@ -38,6 +38,7 @@ _GAUGES = {
     "mfu": "Model FLOPs utilisation (0-1)",
     "checkpoint_save_seconds": "Duration of the last completed checkpoint save",
     "checkpoint_blocking_seconds": "Time the last checkpoint save blocked training",
+    "failed_checkpoints": "Checkpoint saves that failed (full or read-only volume, ...)",
     "ettr": "Effective training time ratio since the job first started (0-1)",
     "skipped_steps": "Updates skipped because of non-finite gradients",
     "rollbacks": "Rollbacks to a checkpoint after repeated non-finite gradients",

@@ -29,7 +29,13 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer import distributed, transport
-from trainer.checkpoint import Checkpointer, params_sha256
+from trainer.checkpoint import (
+    CHECKPOINT_ERRORS,
+    Checkpointer,
+    UnusableCheckpoints,
+    describe_failure,
+    params_sha256,
+)
 from trainer.cli import report_error
 from trainer.config import OptimConfig, TrainConfig
 from trainer.data import SampleOrder, load_dataset, rank_share
@@ -132,8 +138,8 @@ class Trainer:
         if config.checkpoint.directory is not None:
             self.ckpt = Checkpointer(config.checkpoint, self.rank, self.world, self.launch_tag)
             self.ckpt.on_saved = self._on_checkpoint_saved
-            self.ckpt.discard_unfinished()
-            dist.barrier()
+            self.ckpt.on_failed = self._on_checkpoint_failed
+            self.ckpt.claim()
             if config.checkpoint.resume:
                 self.resumed_from = self._restore()
 
@@ -145,6 +151,8 @@ class Trainer:
         self.faults = FaultInjector(
             config.faults, self.rank, marker_dir, expire_watchdog=self.watchdog.expire
         )
+        if self.ckpt is not None:
+            self.ckpt.writer_for = self.faults.checkpoint_writer
         peak = config.metrics.peak_flops
         if peak is None and self.device.type == "cuda":
             peak = peak_flops_for(torch.cuda.get_device_name(self.device))
@@ -185,7 +193,7 @@ class Trainer:
             found = self.ckpt.restore(template)
             if found is None:
                 log.info(
-                    "no usable checkpoint in %s: starting at step 0",
+                    "no checkpoint in %s yet: starting at step 0",
                     self.config.checkpoint.directory,
                 )
                 return None
@@ -349,6 +357,7 @@ class Trainer:
             grad_norm=grad_norm,
             checkpoint_save_seconds=ckpt.last_save_seconds if ckpt else None,
             checkpoint_blocking_seconds=ckpt.last_blocking_seconds if ckpt else None,
+            failed_checkpoints=ckpt.failed_saves if ckpt else 0,
             ettr=self._ettr(),
             skipped_steps=self.guard.skipped_total,
             rollbacks=self.guard.rollbacks,
@@ -368,6 +377,14 @@ class Trainer:
             mode=self.config.checkpoint.mode,
             save_seconds=seconds,
             blocking_seconds=blocking,
+        )
+
+    def _on_checkpoint_failed(self, step: int, reason: str) -> None:
+        self.metrics.emit(
+            "checkpoint_failed",
+            step=step,
+            reason=reason,
+            failed_checkpoints=self.ckpt.failed_saves,
         )
 
     def _record_samples(self, step: int, ids) -> None:
@@ -395,10 +412,13 @@ class Trainer:
         launches = self.progress.launches
         with self.watchdog.collective("checkpoint restore"):
             self.ckpt.wait()
-            restored = self._restore()
+            try:
+                restored = self._restore()
+            except UnusableCheckpoints:
+                restored = None
         if restored is None:
             raise DivergedError(
-                f"step {step}: non-finite gradients and no checkpoint to roll back to"
+                f"step {step}: non-finite gradients and no usable checkpoint to roll back to"
             )
         skipped = consumed - self.progress.consumed_samples
         log.warning(
@@ -460,8 +480,13 @@ class Trainer:
                 )
             else:
                 log.warning("%s at step %d: exiting with %d", reason, step, code)
-        except Exception as error:
-            log.error("%s: emergency checkpoint of step %d failed: %s", reason, step, error)
+        except CHECKPOINT_ERRORS as error:
+            log.error(
+                "%s: emergency checkpoint of step %d failed: %s",
+                reason,
+                step,
+                describe_failure(error),
+            )
         _hard_exit(code)
 
 
