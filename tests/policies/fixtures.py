@@ -752,7 +752,8 @@ FIXTURES: dict[str, tuple[Callable[[], Docs], Callable[[], Docs]]] = {
     "policy-exemption": (edit(_bad_exemption), baseline),
 }
 # remote-base-pinned needs a kustomization on disk; tests/policies/test_rules.py builds one.
-RENDER_FIXTURES = {"remote-base-pinned"}
+# profile-drift needs a cluster overlay on disk: tests/hostile/test_edits.py edits one.
+RENDER_FIXTURES = {"remote-base-pinned", "profile-drift"}
 
 
 # -- MPI Operator v2 (MPIJob v2beta1) and Kubeflow Trainer v2 --------------------------------
