@@ -72,7 +72,9 @@ class InputGraph:
 def repository_root(directory: Path) -> Path:
     """The root paths of a build must stay under: the trainops project (a pyproject.toml
     with [tool.trainops]) or Git repository holding `directory`; else the working
-    directory when `directory` is below it; else `directory` itself."""
+    directory when `directory` is below it. A directory in no repository and outside
+    the working directory has no root to stay in but the filesystem's: there only
+    kustomize's own load restrictor applies."""
     directory = directory.resolve()
     git_root = None
     for candidate in (directory, *directory.parents):
@@ -87,7 +89,7 @@ def repository_root(directory: Path) -> Path:
     if git_root is not None:
         return git_root
     cwd = Path.cwd().resolve()
-    return cwd if directory.is_relative_to(cwd) else directory
+    return cwd if directory.is_relative_to(cwd) else Path(directory.anchor)
 
 
 class _Walk:
