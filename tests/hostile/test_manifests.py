@@ -26,7 +26,9 @@ def _nested_block(depth: int) -> str:
 def _alias_bomb(width: int = 9, levels: int = 9) -> str:
     lines = ['a: &a ["' + '","'.join(["lol"] * width) + '"]']
     for i in range(levels):
-        lines.append(f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * width) + "]")
+        lines.append(
+            f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * width) + "]"
+        )
     return "\n".join(lines) + "\n"
 
 
