@@ -99,7 +99,8 @@ CASES: list[tuple[str, str | bytes, set[int]]] = [
     ("json-trailing-garbage", '{"apiVersion": "v1"} }}}', {2}),
     ("null-document", "null\n", {0, 1, 2}),
     ("scalar-document", "42\n", {2}),
-    ("crd-with-garbage-schema", "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n"
+    ("crd-with-garbage-schema",
+     "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n"
      "metadata: {name: a.b.c}\nspec: {group: b.c, names: {kind: A, plural: a}, scope: x,\n"
      "  versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: 5}}]}\n",
      {1, 2}),
