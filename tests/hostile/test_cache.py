@@ -195,7 +195,7 @@ def test_a_corrupt_entry_is_a_miss_and_is_replaced(
     run_cli(*command, "a", "b", cwd=broken_overlay, cache=cache)
     first = run_cli(*command, "a", cwd=broken_overlay, cache=cache)
     assert (first.code, first.out) == (uncached.code, uncached.out)
-    entries = sorted((p for p in cache.rglob("*") if p.is_file() and namespace in p.parts))
+    entries = sorted(p for p in cache.rglob("*") if p.is_file() and namespace in p.parts)
     assert len(entries) == 2, entries
     contents = {entry: entry.read_bytes() for entry in entries}
     for index, entry in enumerate(entries):  # whichever is a's, both are broken
