@@ -33,7 +33,7 @@ MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
 # ranks and knows none of Open MPI's -x or --bind-to: the template's command is
 # replaced, not patched.
 HYDRA_COMMAND = ["mpirun", "python", "-m", "trainer"]
-_RUN_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_RUN_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")  # \Z: no trailing newline
 MAX_RUN_NAME = 45  # pods are named <job>-worker-<n> and must stay within 63 characters
 
 
