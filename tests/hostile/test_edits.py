@@ -107,7 +107,8 @@ def test_new_run_failing_at_any_write_changes_nothing(workspace: Path, monkeypat
 
 
 NEW_CLUSTER = (
-    "new-cluster", "gpu-west", "--fabric", "tcp", "--nic", "ens4", "--gpus-per-node", "8", "--nodes", "2",
+    "new-cluster", "gpu-west", "--fabric", "tcp", "--nic", "ens4", "--gpus-per-node", "8",
+    "--nodes", "2",
     "--storage-class", "nfs", "--image", "ghcr.io/example-org/trainops-trainer:0.1.0",
 )  # fmt: skip
 
