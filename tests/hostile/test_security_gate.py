@@ -4,9 +4,7 @@ Class: "a run's own `trainops.dev/exempt-<rule>` annotation silences
 privileged-container and host-network (exit 0, the exemption not even reported, no
 expiry)". Security rules take exemptions only from the policy config (reason, expiry)
 or from annotations under the paths it lists, never in a run; every exemption in
-effect is reported. Also: the Pod Security component of RDMA clusters admits what RDMA
-needs and nothing else, evaluated with a real CEL runtime against the rendered pods
-(the API server itself is what cannot exist here).
+effect is reported.
 """
 
 from __future__ import annotations
@@ -17,8 +15,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cel_expr_python import cel
-from cel_expr_python.ext import ext_strings
 
 from tests.hostile.harness import assert_handled, run_cli, write
 from tests.policies.fixtures import FIXTURES
@@ -141,91 +137,3 @@ def test_end_to_end_a_run_that_asks_for_the_node_fails(workspace: Path, change: 
     report = json.loads(outcome.out)
     rules = {f["rule"] for f in report["findings"] if f["severity"] == "error"}
     assert rules & set(SECURITY_RULES), rules
-
-
-# -- Pod Security for RDMA clusters ------------------------------------------------------
-
-POLICY = yaml.safe_load((REPO / "base/components/pod-security/rdma/policy.yaml").read_text())
-_ENV = cel.NewEnv(
-    variables={"object": cel.Type.DYN, "variables": cel.Type.DYN},
-    extensions=[ext_strings.ExtStrings(2)],
-)
-
-
-def _admitted(pod: dict) -> list[str]:
-    """The messages of the validations that refuse `pod` (empty: admitted).
-
-    Variables are pure expressions, so each is inlined where a validation uses it.
-    """
-    spec = POLICY["spec"]
-    refused = []
-    for validation in spec["validations"]:
-        expression = validation["expression"]
-        for variable in spec["variables"]:
-            expression = expression.replace(
-                f"variables.{variable['name']}", f"({variable['expression']})"
-            )
-        result = _ENV.compile(expression).eval(data={"object": pod, "variables": {}})
-        if result.type().name().upper() != "BOOL" or result.value() is not True:
-            refused.append(validation["message"])
-    return refused
-
-
-def _rendered_rdma_pods() -> list[dict]:
-    outcome = run_cli("render", "--no-cache", "--format", "json", "overlays/prod-roce", cwd=REPO)
-    assert outcome.code == 0, outcome.err
-    pods = []
-    for record in json.loads(outcome.out):
-        obj = record["object"]
-        if obj.get("kind") == "PyTorchJob" and obj["metadata"].get("namespace") == "training":
-            for replica in obj["spec"]["pytorchReplicaSpecs"].values():
-                pods.append({"metadata": {}, "spec": replica["template"]["spec"]})
-    return pods
-
-
-def test_the_rdma_clusters_own_training_pods_are_admitted():
-    pods = _rendered_rdma_pods()
-    assert pods and all("IPC_LOCK" in json.dumps(p) for p in pods)
-    assert [_admitted(pod) for pod in pods] == [[] for _ in pods]
-
-
-RDMA_POD = {
-    "spec": {
-        "containers": [
-            {"name": "pytorch", "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}}}
-        ]
-    }
-}
-
-
-CAPS = ("containers", 0, "securityContext", "capabilities", "add")
-PRIVILEGED = {"securityContext": {"privileged": True}}
-PTRACE = {"securityContext": {"capabilities": {"add": ["SYS_PTRACE"]}}}
-
-
-@pytest.mark.parametrize(
-    ("change", "path", "value"),
-    [
-        ("sys-admin", CAPS, ["SYS_ADMIN"]),
-        ("net-admin", CAPS, ["IPC_LOCK", "NET_ADMIN"]),
-        ("privileged", ("containers", 0, "securityContext", "privileged"), True),
-        ("host-network", ("hostNetwork",), True),
-        ("host-pid", ("hostPID",), True),
-        ("host-ipc", ("hostIPC",), True),
-        ("host-path", ("volumes",), [{"name": "r", "hostPath": {"path": "/"}}]),
-        ("host-port", ("containers", 0, "ports"), [{"containerPort": 22, "hostPort": 22}]),
-        ("proc-mount", ("containers", 0, "securityContext", "procMount"), "Unmasked"),
-        ("seccomp", ("securityContext",), {"seccompProfile": {"type": "Unconfined"}}),
-        ("sysctl", ("securityContext",), {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}),
-        ("init-privileged", ("initContainers",), [{"name": "i", **PRIVILEGED}]),
-        ("ephemeral-caps", ("ephemeralContainers",), [{"name": "e", **PTRACE}]),
-    ],
-)  # fmt: skip
-def test_the_rdma_policy_refuses_anything_beyond_ipc_lock(change: str, path: tuple, value):
-    pod = copy.deepcopy(RDMA_POD)
-    node = pod["spec"]
-    for step in path[:-1]:
-        node = node[step]
-    node[path[-1]] = value
-    assert _admitted(copy.deepcopy(RDMA_POD)) == []
-    assert _admitted(pod), change
