@@ -87,7 +87,7 @@ CASES: list[tuple[str, str | bytes, set[int]]] = [
     ("tab-indent", HEAD + "\tj: v\n", {2}),
     ("huge-int", HEAD.replace("data:\n  k: v\n", "spec: {replicas: " + "9" * 5000 + "}\n"), {1, 2}),
     ("huge-float", HEAD + "  j: 1e99999\n", {0, 1}),
-    ("nan-inf", HEAD.replace("data:\n  k: v\n", "x: [.nan, .inf, -.inf]\n"), {1}),
+    ("nan-inf", HEAD.replace("data:\n  k: v\n", "x: [.nan, .inf, -.inf]\n"), {1, 2}),
     ("kind-is-list", "apiVersion: v1\nkind: [ConfigMap]\nmetadata: {name: a}\n", {1, 2}),
     ("metadata-is-string", "apiVersion: v1\nkind: ConfigMap\nmetadata: a\n", {1, 2}),
     ("name-is-map", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: {a: b}}\n", {1, 2}),
