@@ -107,10 +107,10 @@ def summary_line(report: Report) -> str:
     summary = report.summary()
     exempted = summary["exemptions"]
     return (
-        f"{_count(summary['targets'], 'target')}, {_count(summary['resources'], 'resource')}: "
-        f"{_count(summary['errors'], 'error')}, {_count(summary['warnings'], 'warning')}, "
-        f"{summary['info']} info"
+        f"{_count(summary['targets'], 'target')}, {_count(summary['resources'], 'resource')}"
         + (f" ({_count(exempted, 'exemption')} in effect)" if exempted else "")
+        + f": {_count(summary['errors'], 'error')}, {_count(summary['warnings'], 'warning')}, "
+        f"{summary['info']} info"
     )
 
 

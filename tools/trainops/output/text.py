@@ -1,9 +1,8 @@
 """Human-readable report: errors and warnings with their fixes, then one summary line.
 
-Info findings (what is right, or only worth knowing) are counted in the summary and
-shown with `--show-info`, except exemptions in effect, which are always listed;
-`--quiet` prints the summary line alone. Like kubeconform and kube-linter, a clean
-run prints one line.
+Info findings (what is right, or only worth knowing, exemptions in effect among them)
+are counted in the summary and shown with `--show-info`; `--quiet` prints the summary line alone. Like kubeconform
+and kube-linter, a clean run prints one line.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from __future__ import annotations
 import click
 
 from trainops.model import ERROR, INFO, WARNING
-from trainops.report import EXEMPTION_IN_EFFECT, Report, summary_line
+from trainops.report import Report, summary_line
 
 _COLOURS = {ERROR: "red", WARNING: "yellow"}
 
@@ -21,7 +20,7 @@ def render(
 ) -> str:
     lines = []
     for finding in [] if quiet else report.findings:
-        if finding.severity == INFO and not show_info and finding.rule != EXEMPTION_IN_EFFECT:
+        if finding.severity == INFO and not show_info:
             continue
         severity = finding.severity
         if colour:
@@ -36,6 +35,6 @@ def render(
             lines.append(f"    generated from: {finding.profile_location}")
         if finding.fix:
             lines.append(f"    fix: {finding.fix}")
-    hidden = report.count(INFO) - len(report.exemptions) if not show_info and not quiet else 0
+    hidden = report.count(INFO) if not show_info and not quiet else 0
     lines.append(summary_line(report) + (" (shown with --show-info)" if hidden else ""))
     return "\n".join(lines) + "\n"
