@@ -252,6 +252,9 @@ SYSTEM_HOST_PATHS = (
     "/run", "/sbin", "/sys", "/usr", "/var/lib/kubelet", "/var/lib/containerd",
     "/var/lib/docker", "/var/log", "/var/run",
 )  # fmt: skip
+# Trainer v2 runtimes are the platform's: a TrainJob runs on one but cannot change its pods'
+# service account.
+PLATFORM_RUNTIMES = ("ClusterTrainingRuntime", "TrainingRuntime")
 # Capabilities a pod may add: IPC_LOCK, and only where the pod uses RDMA.
 RDMA_CAPABILITY = "IPC_LOCK"
 
@@ -378,6 +381,8 @@ def host_ports(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     security=True,
 )
 def training_service_account(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    if pod.doc.kind in PLATFORM_RUNTIMES:
+        return  # the platform's own runtimes: what a run cannot change
     for key in ("serviceAccountName", "serviceAccount"):
         account = pod.spec.get(key)
         if account not in (None, "", "default"):
