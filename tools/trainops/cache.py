@@ -94,7 +94,8 @@ class FileHasher:
             known = self._known.get(memo_key)
         if known is not None:
             return known
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        with open(path, "rb") as handle:  # in chunks: a big input never sits in memory
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()
         with self._lock:
             self._known[memo_key] = digest
         return digest
