@@ -1,13 +1,22 @@
-"""Supply chain and security: pinned images and bases, no host access, no secrets in Git."""
+"""Supply chain and security: pinned images and bases, no host access, no secrets in Git.
+
+Every rule here is registered with `security=True`: a resource cannot exempt itself
+from it with an annotation (only the platform's policies/config.yaml can, or an
+annotation under a path that file lists), so a run's pull request cannot switch off
+the check that stands between it and a GPU node's root.
+"""
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy.engine import Context, Violation, pod_rule, render_rule, resource_rule
-from trainops.policy.pods import GPU_RESOURCES, PodTemplate, resources
+from trainops.policy.pods import GPU_RESOURCES, PodTemplate, dicts, mapping, resources
+
+from . import common
 
 # A whole value that a template tool or a reader replaces: $VAR, ${VAR}, {{ .x }}, <token>.
 PLACEHOLDER = re.compile(r"^(\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\{\{.*\}\}|<[^<>]+>)$")
@@ -59,6 +68,7 @@ def _injected(container: dict) -> Iterator[tuple[str, str, str]]:
     fix="Use a release tag or, better, a digest (image@sha256:...); in kustomize, set it with "
     "images: [{name, newTag | digest}]. Images an operator injects into its jobs' pods are "
     "pinned with the operator's flags.",
+    security=True,
 )
 def image_pinned(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for key in ("initContainers", "containers"):
@@ -88,6 +98,7 @@ def image_pinned(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     why="A remote base without ?ref= (or with a branch) renders whatever upstream pushed last: "
     "Argo CD can apply operator or CRD changes nobody reviewed.",
     fix="Add ?ref=<release tag or commit> to the URL (and a copy to the offline mirror).",
+    security=True,
 )
 def remote_base_pinned(ctx: Context) -> Iterator[tuple[Document | None, Violation]]:
     if ctx.inputs is None:
@@ -114,14 +125,17 @@ pod_rule(
     why="hostNetwork gives a pod every interface and port of the node; for training it also "
     "bypasses Multus, so the training network contract no longer applies.",
     fix="Use a Multus secondary network for the fabric; exempt node agents that need the "
-    "host network, with a reason and an expiry.",
+    "host network in policies/config.yaml, with a reason and an expiry.",
+    security=True,
 )(_host_rule("hostNetwork"))
 pod_rule(
     id="host-pid",
     severity=ERROR,
     title="Pods do not share the node's process namespace",
     why="hostPID lets a container see and signal every process on the node.",
-    fix="Remove hostPID; exempt node agents that need it, with a reason and an expiry.",
+    fix="Remove hostPID; exempt node agents that need it in policies/config.yaml, with a "
+    "reason and an expiry.",
+    security=True,
 )(_host_rule("hostPID"))
 
 
@@ -132,16 +146,16 @@ pod_rule(
     why="A privileged container has every capability and all host devices. RDMA needs only "
     "IPC_LOCK and a device-plugin resource, not privilege.",
     fix="Drop privileged; add the specific capability (IPC_LOCK for RDMA). Exempt node agents "
-    "that need privilege, with a reason and an expiry.",
+    "that need privilege in policies/config.yaml, with a reason and an expiry.",
+    security=True,
 )
 def privileged(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
-    for key in ("initContainers", "containers"):
-        for index, container in enumerate(pod.spec.get(key) or []):
-            if (container.get("securityContext") or {}).get("privileged") is True:
-                yield Violation(
-                    f"container {container.get('name')} is privileged",
-                    (*pod.path, key, index, "securityContext", "privileged"),
-                )
+    for key, index, container in _all_containers(pod):
+        if mapping(container.get("securityContext")).get("privileged") is True:
+            yield Violation(
+                f"container {container.get('name')} is privileged",
+                (*pod.path, key, index, "securityContext", "privileged"),
+            )
 
 
 @pod_rule(
@@ -152,6 +166,7 @@ def privileged(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "can read the repository or the pod spec.",
     fix="Store it in a Secret and reference it with valueFrom.secretKeyRef; rotate the leaked "
     "token.",
+    security=True,
 )
 def secret_literal(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):
@@ -210,6 +225,7 @@ def resources_set(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     fix="List the repositories, cluster/namespace pairs and cluster-scoped kinds the project "
     "needs (argocd/projects.yaml is generated that way).",
     kinds=("AppProject",),
+    security=True,
 )
 def appproject_wildcards(doc: Document, ctx: Context) -> Iterator[Violation]:
     spec = doc.obj.get("spec") or {}
@@ -228,4 +244,199 @@ def appproject_wildcards(doc: Document, ctx: Context) -> Iterator[Violation]:
             yield Violation(
                 "clusterResourceWhitelist allows every kind of a group",
                 ("spec", "clusterResourceWhitelist", index),
+            )
+
+
+CONTAINER_KEYS = ("initContainers", "containers", "ephemeralContainers")
+# hostPath directories training pods may mount: shared memory, RDMA and hugepage devices.
+DEVICE_HOST_PATHS = ("/dev/shm", "/dev/infiniband", "/dev/hugepages")
+# Never a checkpoint directory: the node's system, kubelet and runtime state.
+SYSTEM_HOST_PATHS = (
+    "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/proc", "/root",
+    "/run", "/sbin", "/sys", "/usr", "/var/lib/kubelet", "/var/lib/containerd",
+    "/var/lib/docker", "/var/log", "/var/run",
+)  # fmt: skip
+# Trainer v2 runtimes are the platform's: a TrainJob runs on one but cannot change its pods'
+# service account.
+PLATFORM_RUNTIMES = ("ClusterTrainingRuntime", "TrainingRuntime")
+# Capabilities a pod may add: IPC_LOCK, and only where the pod uses RDMA.
+RDMA_CAPABILITY = "IPC_LOCK"
+
+
+def _all_containers(pod: PodTemplate) -> Iterator[tuple[str, int, dict]]:
+    for key in CONTAINER_KEYS:
+        items = pod.spec.get(key)
+        for index, container in enumerate(items if isinstance(items, list) else []):
+            if isinstance(container, dict):
+                yield key, index, container
+
+
+def _below(path: str, prefixes: tuple[str, ...]) -> bool:
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in prefixes)
+
+
+def _checkpoint_volumes(pod: PodTemplate) -> set[str]:
+    """Names of the volumes holding a container's checkpoint directory."""
+    names = set()
+    for container in pod.containers:
+        for directory, _ in common.checkpoint_dirs(container):
+            mount = common.mount_for(container, directory)
+            if mount is not None:
+                names.add(str(mount.get("name")))
+    return names
+
+
+@pod_rule(
+    id="host-path",
+    severity=ERROR,
+    title="hostPath volumes only for shared memory, RDMA devices or a node-local checkpoint",
+    why="A hostPath volume hands the container a directory of the node: `/` or /etc gives "
+    "root on the node to whoever controls the image or the command, /var/run exposes the "
+    "container runtime. Training needs at most /dev/shm, RDMA or hugepage devices, or a "
+    "node-local directory for checkpoints.",
+    fix="Use a memory-backed emptyDir for /dev/shm, the device plugin's resource for RDMA, "
+    "the shared checkpoint claim for checkpoints; exempt node agents in policies/config.yaml.",
+    security=True,
+)
+def host_path(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    checkpoints = None
+    for index, volume in enumerate(dicts(pod.spec.get("volumes"))):
+        source = volume.get("hostPath")
+        if source is None:
+            continue
+        raw = mapping(source).get("path")
+        path = posixpath.normpath("/" + str(raw).lstrip("/")) if raw else "/"
+        at = (*pod.path, "volumes", index, "hostPath")
+        if _below(path, DEVICE_HOST_PATHS):
+            continue
+        if checkpoints is None:
+            checkpoints = _checkpoint_volumes(pod)
+        if (
+            volume.get("name") in checkpoints
+            and path != "/"
+            and not _below(path, SYSTEM_HOST_PATHS)
+        ):
+            continue
+        yield Violation(f"volume {volume.get('name')} mounts the node's {path}", at)
+
+
+@pod_rule(
+    id="capabilities",
+    severity=ERROR,
+    title="Containers add no capability but IPC_LOCK, and that only for RDMA",
+    why="Added capabilities are pieces of root: SYS_ADMIN alone mounts filesystems and escapes "
+    "the container, NET_ADMIN rewires the node's network. RDMA needs IPC_LOCK to pin memory "
+    "for the NIC; nothing in training needs more.",
+    fix="Remove the capability; keep IPC_LOCK only on containers of pods that use RDMA (an "
+    "RDMA network or device resource).",
+    security=True,
+)
+def capabilities(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    rdma = None
+    for key, index, container in _all_containers(pod):
+        added = mapping(mapping(container.get("securityContext")).get("capabilities")).get("add")
+        for position, raw in enumerate(added if isinstance(added, list) else []):
+            name = str(raw).upper().removeprefix("CAP_")
+            at = (*pod.path, key, index, "securityContext", "capabilities", "add", position)
+            if name != RDMA_CAPABILITY:
+                yield Violation(f"container {container.get('name')} adds {raw}", at)
+                continue
+            if rdma is None:
+                rdma = common.on_rdma_fabric(pod, ctx) or any(
+                    common.rdma_resources(c) for c in pod.containers
+                )
+            if not rdma:
+                yield Violation(
+                    f"container {container.get('name')} adds IPC_LOCK but the pod uses no RDMA",
+                    at,
+                )
+
+
+@pod_rule(
+    id="host-ports",
+    severity=ERROR,
+    title="Containers open no port on the node",
+    why="A hostPort binds the node's address: it can collide with other pods and node "
+    "services, and exposes the container outside the cluster network policy.",
+    fix="Use a Service (or the pod's own address, as torchrun's rendezvous does); drop hostPort.",
+    security=True,
+)
+def host_ports(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for key, index, container in _all_containers(pod):
+        for position, port in enumerate(dicts(container.get("ports"))):
+            if port.get("hostPort") not in (None, 0):
+                yield Violation(
+                    f"container {container.get('name')} binds hostPort {port.get('hostPort')}",
+                    (*pod.path, key, index, "ports", position, "hostPort"),
+                )
+
+
+@pod_rule(
+    id="training-service-account",
+    severity=ERROR,
+    title="Training pods keep the namespace's default service account, without its token",
+    why="A run picking a service account borrows whatever that account may do in the API "
+    "(an operator's account can create pods anywhere); turning token automount on puts that "
+    "credential in every rank's filesystem, where the training code and its dependencies can "
+    "read it. The default account of the training namespace holds no permissions.",
+    fix="Remove serviceAccountName and automountServiceAccountToken: true from the job; if "
+    "training needs API access, the platform grants an account in policies/config.yaml.",
+    applies=common.training_pod,
+    security=True,
+)
+def training_service_account(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    if pod.doc.kind in PLATFORM_RUNTIMES:
+        return  # the platform's own runtimes: what a run cannot change
+    for key in ("serviceAccountName", "serviceAccount"):
+        account = pod.spec.get(key)
+        if account not in (None, "", "default"):
+            yield Violation(f"the pod runs as service account {account!r}", (*pod.path, key))
+    if pod.spec.get("automountServiceAccountToken") is True:
+        yield Violation(
+            "service-account token automount is turned on",
+            (*pod.path, "automountServiceAccountToken"),
+        )
+
+
+def _privileged_reason(pod: PodTemplate) -> str | None:
+    for field in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.spec.get(field) is True:
+            return f"{field}: true"
+    if any(mapping(v).get("hostPath") is not None for v in dicts(pod.spec.get("volumes"))):
+        return "a hostPath volume"
+    for _, _, container in _all_containers(pod):
+        security = mapping(container.get("securityContext"))
+        if security.get("privileged") is True:
+            return f"container {container.get('name')} is privileged"
+        added = mapping(security.get("capabilities")).get("add")
+        extra = (
+            [c for c in added if str(c).upper().removeprefix("CAP_") != RDMA_CAPABILITY]
+            if isinstance(added, list)
+            else []
+        )
+        if extra:
+            return f"container {container.get('name')} adds {extra[0]}"
+    return None
+
+
+@pod_rule(
+    id="privileged-image-digest",
+    severity=ERROR,
+    title="Pods with host access run images pinned by digest",
+    why="A tag can be moved to other content at any time: on a pod with host access "
+    "(privileged, host namespaces, hostPath, added capabilities) whoever can push that tag "
+    "gets the node.",
+    fix="Pin the image by digest (image@sha256:...; kustomize images: [{name, digest}]).",
+    security=True,
+)
+def privileged_image_digest(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    reason = _privileged_reason(pod)
+    if reason is None:
+        return
+    for key, index, container in _all_containers(pod):
+        image = container.get("image")
+        if isinstance(image, str) and "@sha256:" not in image:
+            yield Violation(
+                f"image {image} is not pinned by digest on a pod with host access ({reason})",
+                (*pod.path, key, index, "image"),
             )

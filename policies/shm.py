@@ -156,10 +156,11 @@ def dev_shm_not_memory(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     why="hostIPC: true exposes the shared memory and semaphores of every process on the node; "
     "a training pod wanting a big /dev/shm needs a memory-backed emptyDir instead.",
     fix="Remove hostIPC and mount a memory-backed emptyDir at /dev/shm; if a node agent truly "
-    "needs it, exempt it with a reason.",
+    "needs it, exempt it in policies/config.yaml with a reason.",
+    security=True,
 )
 def host_ipc(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
-    if pod.spec.get("hostIPC") is True and not common.training_pod(pod):
-        yield Violation("hostIPC: true", (*pod.path, "hostIPC"))
-    elif pod.spec.get("hostIPC") is True and _shm(pod)[0] >= 0:
+    if pod.spec.get("hostIPC") is True and common.training_pod(pod) and _shm(pod)[0] >= 0:
         yield Violation("hostIPC: true alongside a /dev/shm volume", (*pod.path, "hostIPC"))
+    elif pod.spec.get("hostIPC") is True:
+        yield Violation("hostIPC: true", (*pod.path, "hostIPC"))

@@ -532,6 +532,56 @@ def _privileged(docs: Docs) -> None:
         spec["containers"][0]["securityContext"] = {"privileged": True}
 
 
+def _host_path(path: str, mount: str = "/data") -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        for spec in pods_of(job(docs)):
+            spec["volumes"].append({"name": "host", "hostPath": {"path": path}})
+            spec["containers"][0]["volumeMounts"].append({"name": "host", "mountPath": mount})
+
+    return change
+
+
+def _node_local_checkpoints(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        for volume in spec["volumes"]:
+            if volume["name"] == "checkpoints":
+                volume.pop("persistentVolumeClaim")
+                volume["hostPath"] = {"path": "/mnt/nvme/checkpoints", "type": "DirectoryOrCreate"}
+
+
+def _add_capability(name: str, kind: str = "PyTorchJob") -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        for spec in pods_of(job(docs, kind)):
+            context = spec["containers"][0].setdefault("securityContext", {})
+            context.setdefault("capabilities", {}).setdefault("add", []).append(name)
+
+    return change
+
+
+def _host_port(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        spec["containers"][0]["ports"] = [{"containerPort": 9400, "hostPort": 9400}]
+
+
+def _service_account(name: str | None, automount: bool | None = None) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        for spec in pods_of(job(docs)):
+            if name is not None:
+                spec["serviceAccountName"] = name
+            if automount is not None:
+                spec["automountServiceAccountToken"] = automount
+
+    return change
+
+
+def _privileged_image(image: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        _privileged(docs)
+        _image(image)(docs)
+
+    return change
+
+
 def _literal_token(docs: Docs) -> None:
     set_env(job(docs), "HF_TOKEN", "hf_" + "a" * 34)
 
@@ -980,6 +1030,17 @@ FIXTURES: dict[str, tuple[Callable[[], Docs], Callable[[], Docs]]] = {
     "host-network": (edit(_host_field("hostNetwork")), baseline),
     "host-pid": (edit(_host_field("hostPID")), baseline),
     "privileged-container": (edit(_privileged), baseline),
+    "host-path": (edit(_host_path("/")), edit(_node_local_checkpoints)),
+    "capabilities": (edit(_add_capability("SYS_ADMIN")), baseline),
+    "host-ports": (edit(_host_port), baseline),
+    "training-service-account": (
+        edit(_service_account("training-operator")),
+        edit(_service_account("default", automount=False)),
+    ),
+    "privileged-image-digest": (
+        edit(_privileged_image("registry.example.com/trainer:1.2.0")),
+        edit(_privileged_image("registry.example.com/trainer@sha256:" + "0" * 64)),
+    ),
     "secret-literal": (edit(_literal_token), baseline),
     "resources-set": (edit(_no_resources), baseline),
     "appproject-wildcards": (only(lambda: appproject(True)), only(lambda: appproject(False))),
@@ -1044,7 +1105,8 @@ FIXTURES: dict[str, tuple[Callable[[], Docs], Callable[[], Docs]]] = {
     ),
 }
 # remote-base-pinned needs a kustomization on disk; tests/policies/test_rules.py builds one.
-RENDER_FIXTURES = {"remote-base-pinned"}
+# profile-drift needs a cluster overlay on disk: tests/hostile/test_edits.py edits one.
+RENDER_FIXTURES = {"remote-base-pinned", "profile-drift"}
 
 
 # -- MPI Operator v2 (MPIJob v2beta1) and Kubeflow Trainer v2 --------------------------------

@@ -2,7 +2,12 @@
 
 Keys are hashes of everything that decides the result (input file contents,
 tool versions, options), so a stale entry can never be returned: changing an
-input changes the key. Entries are written atomically and never updated.
+input changes the key. Entries are written atomically; an entry that cannot be
+read back (truncated, not JSON, planted) is a miss and is replaced.
+
+The cache holds results, not code: nothing in it is executed or unpickled. Whoever
+can write it can make validate report what they like, so it lives under the user's
+home (created 0700) and is never shared between people who do not trust each other.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import stat
 import threading
 from pathlib import Path
 
@@ -24,6 +30,10 @@ def default_cache_dir() -> Path:
     return Path(base) / "trainops"
 
 
+# Larger results are not cached; reading an entry never takes more than this.
+MAX_ENTRY_BYTES = 256 << 20
+
+
 class Cache:
     """Get/put bytes by (namespace, key); a Cache(None) stores nothing."""
 
@@ -35,17 +45,36 @@ class Cache:
         return self.root / __version__ / namespace / key[:2] / key
 
     def get(self, namespace: str, key: str) -> bytes | None:
+        """The entry's bytes; None (a miss) for anything but a regular file of sane size.
+
+        A link, a FIFO or a device planted where an entry belongs is never opened
+        for reading (O_NOFOLLOW, O_NONBLOCK, then fstat), so it can neither block nor
+        feed endless bytes; callers treat unparsable content as a miss too.
+        """
         if self.root is None:
             return None
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
         try:
-            return self._path(namespace, key).read_bytes()
+            fd = os.open(self._path(namespace, key), flags)
         except OSError:
             return None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_ENTRY_BYTES:
+                return None
+            with os.fdopen(fd, "rb", closefd=False) as handle:
+                return handle.read(MAX_ENTRY_BYTES + 1)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
     def put(self, namespace: str, key: str, data: bytes) -> None:
-        if self.root is None:
+        if self.root is None or len(data) > MAX_ENTRY_BYTES:
             return
         try:
+            if not self.root.exists():
+                self.root.mkdir(mode=0o700, parents=True)  # results are the user's own
             write_atomic(self._path(namespace, key), data)
         except OSError:
             return  # a cache that cannot be written only costs speed
@@ -65,7 +94,8 @@ class FileHasher:
             known = self._known.get(memo_key)
         if known is not None:
             return known
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        with open(path, "rb") as handle:  # in chunks: a big input never sits in memory
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()
         with self._lock:
             self._known[memo_key] = digest
         return digest

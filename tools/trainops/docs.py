@@ -70,7 +70,7 @@ def profile_table() -> str:
 
 def policy_reference(pack: Path) -> str:
     from trainops import failures
-    from trainops.policy.engine import EXEMPT_PREFIX
+    from trainops.policy.engine import EXEMPT_PREFIX, SECURITY
     from trainops.policy.settings import load_pack
     from trainops.rules import DOCTOR, catalog
 
@@ -91,6 +91,10 @@ def policy_reference(pack: Path) -> str:
         "Exempt one resource with an annotation that gives the reason,",
         f"`{EXEMPT_PREFIX}<rule-id>: <why>`, or several resources until a date in",
         "`policies/config.yaml`, which also overrides severities (`off` disables a rule).",
+        "Security rules (marked below) take exemptions only from `policies/config.yaml`,",
+        "or from annotations on the paths its `annotation-paths` lists, never in a run:",
+        "the change being checked cannot switch its own checks off. Every exemption in",
+        "effect is reported (`exemption-in-effect`).",
         "",
         "| Rule | Severity | Checks |",
         "|---|---|---|",
@@ -98,7 +102,8 @@ def policy_reference(pack: Path) -> str:
     lines += [f"| [`{r.id}`](#{r.id}) | {r.severity} | {r.title} |" for r in rules]
     examples = _examples(pack)
     for rule in rules:
-        lines += ["", f"## {rule.id}", "", f"**{rule.title}** ({rule.severity})", ""]
+        marker = ", security rule" if rule.category == SECURITY else ""
+        lines += ["", f"## {rule.id}", "", f"**{rule.title}** ({rule.severity}{marker})", ""]
         if rule.kinds:
             lines += [f"Applies to: {', '.join(rule.kinds)}.", ""]
         lines += [f"Why: {rule.why}", "", f"Fix: {rule.fix}"]

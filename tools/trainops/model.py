@@ -166,7 +166,17 @@ class Finding:
 
     @classmethod
     def from_cache(cls, data: dict[str, Any]) -> Finding:
-        return cls(**data)
+        """A finding read back from the cache; TypeError when the entry is not one."""
+        finding = cls(**data)
+        texts = (finding.rule, finding.source, finding.resource, finding.path, finding.message)
+        if (
+            not all(isinstance(t, str) for t in (*texts, finding.fix))
+            or finding.severity not in SEVERITIES
+            or not isinstance(finding.file, str | None)
+            or not (finding.line is None or type(finding.line) is int)
+        ):
+            raise TypeError("not a cached finding")
+        return finding
 
 
 def json_path(parts: list[str | int] | tuple[str | int, ...]) -> str:

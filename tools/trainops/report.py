@@ -11,6 +11,9 @@ from dataclasses import asdict, dataclass, field
 
 from trainops.model import ERROR, INFO, SEVERITIES, WARNING, Finding, Target
 
+# The rule id of findings that an exemption silenced (registered by the policy engine).
+EXEMPTION_IN_EFFECT = "exemption-in-effect"
+
 VALID, INVALID, SKIPPED = "valid", "invalid", "skipped"
 
 
@@ -83,6 +86,11 @@ class Report:
     def exit_code(self) -> int:
         return 1 if any(self.fails(f) for t in self.targets for f in t.findings) else 0
 
+    @property
+    def exemptions(self) -> list[Finding]:
+        """Findings an exemption silenced (reported as info, never hidden)."""
+        return [f for f in self.findings if f.rule == EXEMPTION_IN_EFFECT]
+
     def summary(self) -> dict[str, int]:
         return {
             "targets": len(self.targets),
@@ -90,15 +98,18 @@ class Report:
             "errors": self.count(ERROR),
             "warnings": self.count(WARNING),
             "info": self.count(INFO),
+            "exemptions": len(self.exemptions),
         }
 
 
 def summary_line(report: Report) -> str:
     """One sentence with every count, the same wherever trainops prints it."""
     summary = report.summary()
+    exempted = summary["exemptions"]
     return (
-        f"{_count(summary['targets'], 'target')}, {_count(summary['resources'], 'resource')}: "
-        f"{_count(summary['errors'], 'error')}, {_count(summary['warnings'], 'warning')}, "
+        f"{_count(summary['targets'], 'target')}, {_count(summary['resources'], 'resource')}"
+        + (f" ({_count(exempted, 'exemption')} in effect)" if exempted else "")
+        + f": {_count(summary['errors'], 'error')}, {_count(summary['warnings'], 'warning')}, "
         f"{summary['info']} info"
     )
 

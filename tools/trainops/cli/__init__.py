@@ -46,7 +46,9 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except InputError as exc:
-            click.echo(f"trainops: error: {exc}", err=True)
+            # One line, whatever the input put into the message (a name with a newline).
+            line = str(exc).replace("\r", "\\r").replace("\n", "\\n")
+            click.echo(f"trainops: error: {line}", err=True)
             ctx.exit(EXIT_INPUT)
         except KeyboardInterrupt:
             click.echo("trainops: interrupted", err=True)

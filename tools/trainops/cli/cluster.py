@@ -33,6 +33,7 @@ from trainops.profile.writer import (
     FileChange,
     WriteResult,
     apply_changes,
+    edit_lock,
     plan_set,
     profile_values,
     write_cluster,
@@ -185,7 +186,7 @@ def _flag_name(key: str) -> str:
 
 @click.command("set")
 @click.argument("overlay", shell_complete=complete_clusters)
-@click.argument("assignments", nargs=-1, required=True)
+@click.argument("assignments", nargs=-1)
 @click.option("--dry-run", is_flag=True, help="Print the diff, write nothing.")
 def set_profile(overlay, assignments, dry_run):
     """Change keys of a cluster profile and regenerate its overlay.
@@ -196,7 +197,11 @@ def set_profile(overlay, assignments, dry_run):
     and quoting; a new key arrives with its documentation comment. Values take
     the key's type: nodes=6 is a number, hca=mlx5_0,mlx5_1 a list, nccl values
     are strings. The new profile is checked before anything is written, then the
-    unified diff of every changed file is printed.
+    unified diff of every changed file is printed. With no ASSIGNMENT, the
+    overlay is regenerated from cluster.yaml as it is (what validate's
+    profile-drift check asks for). Edits take turns (one lock per repository)
+    and are all or nothing: derived files are written first and cluster.yaml
+    last; a failed write puts everything back and exits 2.
 
     \b
     Examples:
@@ -206,14 +211,17 @@ def set_profile(overlay, assignments, dry_run):
     """
     name = Path(overlay).name if os.sep in overlay else overlay
     root = repository_root()
-    changes = plan_set(root, name, [parse_assignment(text) for text in assignments])
+    parsed = [parse_assignment(text) for text in assignments]
+    with edit_lock(root):
+        changes = plan_set(root, name, parsed)
+        if changes and not dry_run:
+            result = apply_changes(changes)
     click.echo(unified_diff(changes, root), nl=False)
     if not changes:
         click.echo(f"unchanged: overlays/{name} already has these settings")
     elif dry_run:
         click.echo(f"dry run: {len(changes)} file(s) would change")
     else:
-        result = apply_changes(changes)
         click.echo(
             f"{len(result.written) + len(result.removed)} file(s) changed; next: "
             f"trainops validate overlays/{name}"

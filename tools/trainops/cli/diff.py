@@ -12,7 +12,7 @@ from trainops.diff.apps import ARGOCD_DIR, application_paths, keyed
 from trainops.diff.compare import ResourceKey, compare
 from trainops.diff.formats import FORMATS, DiffReport
 from trainops.diff.hazards import hazards
-from trainops.diff.revisions import checkout, describe
+from trainops.diff.revisions import checkout, resolve
 from trainops.errors import InputError
 from trainops.model import Target
 from trainops.render.discover import kustomization_file
@@ -50,6 +50,11 @@ def diff(paths, base, head, fmt, output, fail_on_warning, **render_flags):
     field. Lists of named items (containers, env, volumes) are matched by name.
     PATHS limit the comparison to Applications under them.
 
+    Each revision is read from Git as Argo CD would sync it (submodules at the
+    commits it records); the working tree counts as what `git add -A` would
+    commit, ignored files left out. Both revisions are resolved before anything
+    is rendered.
+
     Warnings mark changes a sync will not apply as an ordinary update: immutable
     fields (a training job's queue or managedBy, TrainJob specs, Job templates,
     selectors, claim modes), edits to runs that already exist, runs that Argo CD
@@ -64,17 +69,18 @@ def diff(paths, base, head, fmt, output, fail_on_warning, **render_flags):
     config = project_config()
     root = config.root or Path.cwd()
     wanted = [_relative(root, path) for path in paths]
+    revisions = [resolve(root, base), resolve(root, head)]  # both, before any rendering
     sides = []
-    for ref in (base, head):
-        with checkout(root, ref) as tree:
+    for revision in revisions:
+        with checkout(root, revision) as tree:
             try:
                 sides.append(_render_tree(tree, wanted, render_flags))
             except InputError as error:
-                raise InputError(f"at {describe(root, ref)}: {error}") from None
+                raise InputError(f"at {revision.describe()}: {error}") from None
     diffs = compare(*sides)
     for resource_diff in diffs:
         resource_diff.warnings = hazards(resource_diff)
-    report = DiffReport(describe(root, base), describe(root, head), diffs)
+    report = DiffReport(revisions[0].describe(), revisions[1].describe(), diffs)
     emit(FORMATS[fmt](report), output)
     if fail_on_warning and report.summary()["warnings"]:
         raise SystemExit(1)

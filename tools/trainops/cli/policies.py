@@ -9,7 +9,7 @@ import click
 
 from trainops.cli.common import complete_rule_ids, project_config
 from trainops.errors import InputError
-from trainops.policy.engine import EXEMPT_PREFIX
+from trainops.policy.engine import EXEMPT_PREFIX, SECURITY
 from trainops.policy.settings import load_pack
 from trainops.rules import DOCTOR, RuleInfo, catalog
 
@@ -63,4 +63,10 @@ def explain(rule_id: str) -> None:
             "\nexempt one resource (with a reason):\n"
             f"  metadata.annotations: {{{EXEMPT_PREFIX}{rule.id}: <why this resource may>}}\n"
             "or, with an expiry date, in policies/config.yaml."
+        )
+    elif rule.category == SECURITY:
+        click.echo(
+            "\nsecurity rule: a resource cannot exempt itself. Exemptions come from\n"
+            "policies/config.yaml (resources, reason, expiry), or from annotations on the\n"
+            "paths its annotation-paths lists (never in a run)."
         )

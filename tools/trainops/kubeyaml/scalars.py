@@ -89,7 +89,9 @@ def _number(text: str) -> Any:
         return text
     plain = text.replace("_", "")
     match = _GO_INT.match(plain)
-    if match:
+    # More digits than any 64-bit integer has (0b + 64 bits at most): out of range, and
+    # never handed to int(), which refuses strings past 4300 digits.
+    if match and len(match.group(2)) <= 70:
         sign, digits = match.groups()
         if digits[1:2] in _INT_BASE:
             value = int(digits[2:], _INT_BASE[digits[1]])

@@ -1,8 +1,8 @@
 """Human-readable report: errors and warnings with their fixes, then one summary line.
 
-Info findings (what is right, or only worth knowing) are counted in the summary and
-shown with `--show-info`; `--quiet` prints the summary line alone. Like kubeconform
-and kube-linter, a clean run prints one line.
+Info findings (what is right, or only worth knowing, exemptions in effect among them)
+are counted in the summary and shown with `--show-info`; `--quiet` prints the summary
+line alone. Like kubeconform and kube-linter, a clean run prints one line.
 """
 
 from __future__ import annotations

@@ -12,21 +12,27 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
+from fnmatch import fnmatchcase
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from trainops import rules as catalog
-from trainops.model import ERROR, Document, Finding, Target, json_path
+from trainops.model import ERROR, INFO, WARNING, Document, Finding, Target, json_path
 from trainops.policy import trainjob
 from trainops.policy.index import RenderIndex
 from trainops.policy.pods import POD_KINDS, PodTemplate, effective_labels, pod_templates
 from trainops.profile.model import ClusterProfile
-from trainops.render.inputs import InputGraph
+from trainops.render.inputs import InputGraph, repository_root
+from trainops.report import EXEMPTION_IN_EFFECT
 from trainops.yamlio import locate
 
 EXEMPT_PREFIX = "trainops.dev/exempt-"
+# Rules registered with `security=True`: only the platform's policy config (or an
+# annotation on a path it lists) exempts from them, never the change being checked.
+SECURITY = "security"
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,16 @@ class Rule:
 
 
 _RULES: dict[str, Rule] = {}
+catalog.register(
+    catalog.RuleInfo(
+        id=EXEMPTION_IN_EFFECT,
+        severity=INFO,
+        title="Every exemption in effect is reported",
+        why="An exemption hides a finding; reviewers must still see that it exists, why, "
+        "and who granted it (the policy config, until a date, or an annotation).",
+        fix="Fix the resource and drop the exemption when its reason no longer holds.",
+    )
+)
 # `kinds=EVERY_KIND`: a resource rule that must see documents of every kind (rare:
 # each such rule runs once per document of the render, so it must be cheap).
 EVERY_KIND = ()
@@ -64,7 +80,8 @@ def _register(scope: str, **fields: Any) -> Callable:
             )
         kinds = tuple(fields.pop("kinds", ()))
         applies = fields.pop("applies", None)
-        info = catalog.RuleInfo(kinds=kinds, category="policy", **fields)
+        category = SECURITY if fields.pop("security", False) else "policy"
+        info = catalog.RuleInfo(kinds=kinds, category=category, **fields)
         if info.id in _RULES and _RULES[info.id].check is not function:
             raise ValueError(f"policy rule {info.id!r} defined twice")
         catalog.register(info)
@@ -78,6 +95,7 @@ def resource_rule(**fields: Any) -> Callable:
     """Register `check(doc, ctx) -> Iterable[Violation]` for documents of `kinds`.
 
     `kinds` is required: a tuple of kinds, or EVERY_KIND for a rule about any object.
+    `security=True` (any scope) makes the rule one a resource cannot exempt itself from.
     """
     return _register("resource", **fields)
 
@@ -120,6 +138,8 @@ class Context:
         self.inputs = inputs
         platform = list(platform)
         self.has_platform = bool(platform)  # a run or template checked with its cluster
+        # Whether exemption annotations may silence security rules here (set by evaluate).
+        self.annotations_trusted = False
         self._index = RenderIndex(documents, platform)
         self._pods: dict[int, list[PodTemplate]] = {}
 
@@ -203,6 +223,7 @@ class Exemption:
     reason: str
     resources: tuple[str, ...]  # resource ids; "*" matches any part
     expires: date | None = None
+    where: str = "policy config"  # file:line that grants it, shown with every use
 
     def covers(self, resource: str) -> bool:
         return any(_id_matches(pattern, resource) for pattern in self.resources)
@@ -217,6 +238,9 @@ def _id_matches(pattern: str, resource: str) -> bool:
 class PolicySettings:
     severity: dict[str, str] = field(default_factory=dict)  # rule id -> severity or "off"
     exemptions: list[Exemption] = field(default_factory=list)  # only those still in force
+    # Paths (repository-relative, globs) whose own exemption annotations may silence
+    # security rules; a run is never one of them.
+    annotation_paths: tuple[str, ...] = ()
     problems: list[Finding] = field(default_factory=list)  # about the settings themselves
 
 
@@ -227,8 +251,10 @@ def evaluate(ctx: Context, settings: PolicySettings) -> list[Finding]:
     kind (and those that declared `kinds=EVERY_KIND`), and a pod template only the pod
     rules whose `applies` predicate holds for it (each predicate asked once per pod).
     A rule that raises is reported as an internal error for that resource and rule;
-    the other rules go on.
+    the other rules go on. A violation an exemption covers is reported as an
+    `exemption-in-effect` info finding naming the rule, the reason and who granted it.
     """
+    ctx.annotations_trusted = annotations_trusted(ctx, settings)
     dispatch = _dispatch(tuple(r for r in _RULES.values() if settings.severity.get(r.id) != "off"))
     found: list[tuple[Rule, Document | None, PodTemplate | None, Violation]] = []
     for rule in dispatch.render:
@@ -258,11 +284,16 @@ def evaluate(ctx: Context, settings: PolicySettings) -> list[Finding]:
                     except Exception as exc:
                         found.append((rule, doc, pod, _internal_error(rule, exc)))
     findings = []
+    exempted: dict[tuple[int, str], list[Finding]] = {}
     for rule, doc, pod, violation in found:
-        if doc is not None and _exempted(rule.id, doc, settings):
-            continue
         severity = settings.severity.get(rule.id) or violation.severity or rule.info.severity
-        findings.append(_finding(rule, doc, pod, violation, severity, ctx.target))
+        finding = _finding(rule, doc, pod, violation, severity, ctx.target)
+        granted = _exemption(rule, doc, settings, ctx.annotations_trusted) if doc else None
+        if granted is None:
+            findings.append(finding)
+        else:
+            exempted.setdefault((id(doc), rule.id), [granted, finding]).append(finding)
+    findings += [_exempted_finding(granted, silenced) for granted, *silenced in exempted.values()]
     findings.sort(key=lambda f: (f.resource, f.path, f.rule, f.message))
     return findings
 
@@ -315,11 +346,58 @@ def _internal_error(rule: Rule, exc: Exception) -> Violation:
     )
 
 
-def _exempted(rule_id: str, doc: Document, settings: PolicySettings) -> bool:
+def annotations_trusted(ctx: Context, settings: PolicySettings) -> bool:
+    """Whether exemption annotations in this render may silence security rules: only
+    when its path is one the platform's policy config lists, and never for a run."""
+    if ctx.is_run or not settings.annotation_paths:
+        return False
+    path = Path(ctx.target.path)
+    try:
+        relative = path.resolve().relative_to(repository_root(path)).as_posix()
+    except (ValueError, OSError, RuntimeError):
+        return False
+    return any(
+        fnmatchcase(relative, pattern) or relative.startswith(pattern.rstrip("/") + "/")
+        for pattern in settings.annotation_paths
+    )
+
+
+def _exemption(
+    rule: Rule, doc: Document, settings: PolicySettings, trusted: bool
+) -> tuple[str, str] | None:
+    """(reason, who granted it) when an exemption covers `rule` on `doc`.
+
+    The policy config's exemptions hold for every rule. A resource's own annotation
+    holds for ordinary rules, and for security rules only where `trusted`: otherwise a
+    change could open the gate that is checking it.
+    """
+    for exemption in settings.exemptions:
+        if exemption.rule == rule.id and exemption.covers(doc.resource_id):
+            until = f", until {exemption.expires.isoformat()}" if exemption.expires else ""
+            return exemption.reason, f"{exemption.where}{until}"
     annotations = doc.metadata.get("annotations")
-    if isinstance(annotations, dict) and str(annotations.get(EXEMPT_PREFIX + rule_id, "")).strip():
-        return True
-    return any(e.rule == rule_id and e.covers(doc.resource_id) for e in settings.exemptions)
+    reason = annotations.get(EXEMPT_PREFIX + rule.id) if isinstance(annotations, dict) else None
+    if reason is None or not str(reason).strip():
+        return None
+    if rule.info.category == SECURITY and not trusted:
+        return None
+    return str(reason).strip(), f"annotation {EXEMPT_PREFIX}{rule.id}"
+
+
+def _exempted_finding(granted: tuple[str, str], silenced: list[Finding]) -> Finding:
+    """One info finding per resource and rule for what an exemption silenced."""
+    reason, where = granted
+    first = silenced[0]
+    what = (
+        first.message if len(silenced) == 1 else f"{len(silenced)} findings, first: {first.message}"
+    )
+    return replace(
+        first,
+        rule=EXEMPTION_IN_EFFECT,
+        severity=INFO,
+        message=f"{first.rule} exempted by {where}: {reason.rstrip('.')} (silences {what})",
+        fix="",
+    )
 
 
 def _finding(
@@ -372,3 +450,11 @@ def exemption_annotations(doc: Document, ctx: Context) -> Iterator[Violation]:
             yield Violation(f"exemption names unknown rule {rule_id!r}", path)
         elif not str(value).strip():
             yield Violation(f"exemption from {rule_id} gives no reason", path)
+        elif _RULES[rule_id].info.category == SECURITY and not ctx.annotations_trusted:
+            yield Violation(
+                f"{rule_id} is a security rule: an annotation here does not exempt from it",
+                path,
+                fix="Ask the platform team for an exemption in policies/config.yaml (with a "
+                "reason and an expiry), or fix the resource.",
+                severity=WARNING,
+            )

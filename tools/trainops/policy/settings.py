@@ -9,10 +9,14 @@ The settings file overrides severities and lists exemptions that expire:
       resources: [DaemonSet/kube-system/kube-multus-ds]   # Kind/namespace/name, "*" = any
       reason: Multus configures the node's network namespace.
       expires: 2027-06-30
+    annotation-paths:       # where resources may exempt themselves from security rules
+    - base/operators        # repository-relative; a listed path covers what is below it
 
 An unknown rule id or a malformed entry makes the file unreadable (exit 2,
 with the line); an exemption past its date is an error finding and no longer
-exempts anything.
+exempts anything. This file is the platform team's: exemptions from security
+rules come from here (or from annotations under `annotation-paths`, never in a
+run), so that a change cannot switch off the checks it is subject to.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 from trainops.errors import InputError
 from trainops.model import ERROR, SEVERITIES, Finding
 from trainops.policy.engine import Exemption, PolicySettings, registered
+from trainops.render.discover import display_path
 from trainops.yamlio import load_yaml_mapping, locate, read_text
 
 PACK_MODULE = "trainops_policies"
@@ -62,9 +67,18 @@ def load_settings(path: Path | None, today: date | None = None) -> PolicySetting
         return InputError(message, where, line + 1 if line is not None else None)
 
     for key in data:
-        if key not in ("severity", "exemptions"):
-            raise fail(f"unknown key {key!r} (expected severity, exemptions)", key)
+        if key not in ("severity", "exemptions", "annotation-paths"):
+            raise fail(
+                f"unknown key {key!r} (expected severity, exemptions, annotation-paths)", key
+            )
     settings = PolicySettings()
+    paths = data.get("annotation-paths") or []
+    if not isinstance(paths, list) or not all(
+        isinstance(p, str) and p.strip() and not p.startswith("/") and ".." not in p.split("/")
+        for p in paths
+    ):
+        raise fail("annotation-paths: a list of repository-relative paths", "annotation-paths")
+    settings.annotation_paths = tuple(p.strip().rstrip("/") for p in paths)
     severity = data.get("severity") or {}
     if not isinstance(severity, dict):
         raise fail("severity must map rule ids to error, warning, info or off", "severity")
@@ -82,7 +96,9 @@ def load_settings(path: Path | None, today: date | None = None) -> PolicySetting
     if not isinstance(exemptions, list):
         raise fail("exemptions must be a list", "exemptions")
     for index, entry in enumerate(exemptions):
-        settings_entry = _exemption(entry, index, known, fail)
+        line = locate(text, ("exemptions", index))
+        granted_by = f"{display_path(path)}:{line + 1}" if line is not None else display_path(path)
+        settings_entry = _exemption(entry, index, known, fail, granted_by)
         if settings_entry.expires is not None and settings_entry.expires < today:
             line = locate(text, ("exemptions", index), "expires")
             settings.problems.append(
@@ -105,7 +121,7 @@ def load_settings(path: Path | None, today: date | None = None) -> PolicySetting
     return settings
 
 
-def _exemption(entry: Any, index: int, known: dict, fail) -> Exemption:
+def _exemption(entry: Any, index: int, known: dict, fail, where: str) -> Exemption:
     at = ("exemptions", index)
     if not isinstance(entry, dict):
         raise fail("an exemption is a mapping with rule, resources, reason, expires", *at)
@@ -132,4 +148,4 @@ def _exemption(entry: Any, index: int, known: dict, fail) -> Exemption:
         expiry = date.fromisoformat(str(expires))
     except ValueError:
         raise fail(f"expires: {expires!r} is not a date like 2027-06-30", *at, "expires") from None
-    return Exemption(rule, reason.strip(), tuple(resources), expiry)
+    return Exemption(rule, reason.strip(), tuple(resources), expiry, where)

@@ -32,10 +32,10 @@ GPUDIRECT = ("dmabuf", "peermem", "none")
 PLACEMENTS = ("pack", "spread")
 MPI_OPERATORS = ("training-operator", "mpi-operator", "none")
 TRAINERS = ("v1", "v2", "both")
-_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")  # \Z: no trailing newline
 _QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|Pi)?$")
 _IMAGE = re.compile(r"^[^\s@:]+(:[^\s@:/]+)?(@sha256:[0-9a-f]{64})?$")
-_NCCL_NAME = re.compile(r"^NCCL_[A-Z0-9_]+$")
+_NCCL_NAME = re.compile(r"NCCL_[A-Z0-9_]+\Z")
 
 
 @dataclass

@@ -1,23 +1,30 @@
 """Writes profiles, overlays and runs to the repository, atomically and idempotently.
 
-A new overlay is assembled in a temporary directory next to its destination
-and renamed into place, so a failure leaves nothing half-written. Existing
-overlays are updated file by file (each write atomic); generated files the
-profile no longer calls for are removed. Writing what is already there
-changes nothing.
+Every edit runs under one lock per repository (`edit_lock`) and computes all of its
+files in memory before writing any. A new overlay is assembled in a temporary
+directory next to its destination and renamed into place. Existing overlays are
+updated file by file (each write atomic), derived files first and cluster.yaml last,
+so an edit killed half-way leaves the old profile with some files already derived
+from the new one: `validate` reports that as profile-drift, and running the same
+edit again completes it. An edit that fails (a read-only directory, a full disk)
+puts back what it had written and exits 2. Writing what is already there changes
+nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainops.errors import InputError
-from trainops.fsutil import write_if_changed
+from trainops.fsutil import write_atomic, write_if_changed
 from trainops.profile.edit import Assignment, apply_assignments
 from trainops.profile.model import (
     API_VERSION,
@@ -30,7 +37,7 @@ from trainops.profile.model import (
 from trainops.profile.overlay import generate
 from trainops.profile.projects import render_projects
 from trainops.profile.runs import RunOptions, check_run_name, generate_run
-from trainops.render.discover import display_path
+from trainops.render.discover import KUSTOMIZATION_NAMES, display_path
 from trainops.yamlio import dump, load_yaml_mapping
 
 PROFILE = "cluster.yaml"
@@ -74,45 +81,79 @@ def profile_values(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in ("apiVersion", "kind")}
 
 
+@contextlib.contextmanager
+def edit_lock(root: Path) -> Iterator[None]:
+    """Hold the repository's edit lock: `set`, `new-cluster` and `new-run` take turns.
+
+    The lock is an flock on the overlays directory itself (or the root while there is
+    none), so no lock file appears in the working tree; it is released when the
+    process ends, however it ends.
+    """
+    directory = root / "overlays" if (root / "overlays").is_dir() else root
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as exc:
+        raise InputError(f"cannot open {directory} to lock it: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def write_cluster(root: Path, name: str, values: dict[str, Any], force: bool) -> WriteResult:
-    """Create or update overlays/<name>/ from profile values."""
+    """Create or update overlays/<name>/ from profile values (under the edit lock)."""
+    with edit_lock(root):
+        return _write_cluster(root, name, values, force)
+
+
+def _write_cluster(root: Path, name: str, values: dict[str, Any], force: bool) -> WriteResult:
     directory = root / "overlays" / name
     profile = parse_profile(dict(values), name, f"overlays/{name}/{PROFILE}")
     existing = directory / PROFILE
     if existing.exists():
         current = profile_values(load_yaml_mapping(existing.read_text(), str(existing)))
+        if current != values and not force:
+            differences = ", ".join(
+                f"{key}: {current.get(key)!r} -> {values.get(key)!r}"
+                for key in sorted(set(current) | set(values))
+                if current.get(key) != values.get(key)
+            )
+            raise InputError(
+                f"overlays/{name} already exists with other settings ({differences}); "
+                "pass --force to replace its profile, or use `trainops set`",
+                str(existing),
+            )
+        changes = plan_overlay(root, name, profile)
         if current != values:
-            if not force:
-                differences = ", ".join(
-                    f"{key}: {current.get(key)!r} -> {values.get(key)!r}"
-                    for key in sorted(set(current) | set(values))
-                    if current.get(key) != values.get(key)
-                )
-                raise InputError(
-                    f"overlays/{name} already exists with other settings ({differences}); "
-                    "pass --force to replace its profile, or use `trainops set`",
-                    str(existing),
-                )
-            result = WriteResult()
-            _record(result, existing, write_if_changed(existing, profile_text(values)))
-            result.merge(regenerate(root, name))
-            return result
-        return regenerate(root, name)
+            changes.append(FileChange(existing, existing.read_text(), profile_text(values)))
+        return apply_changes(changes + plan_projects(root, profile))
     files = {PROFILE: profile_text(values), **generate(profile)}
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=directory.parent))
+    projects = plan_projects(root, profile)
+    staging = None
     try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        for leftover in directory.parent.glob(f".{name}.*"):  # of a killed run: we hold the lock
+            shutil.rmtree(leftover, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=directory.parent))
         for relative, text in files.items():
             target = staging / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
         os.rename(staging, directory)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    result = WriteResult(written=[directory / relative for relative in files])
-    result.merge(sync_projects(root))
-    return result
+        staging = None
+        result = WriteResult(written=[directory / relative for relative in files])
+        try:
+            result.merge(apply_changes(projects))
+        except InputError:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        return result
+    except OSError as exc:
+        raise _unwritable(exc, directory) from None
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -143,14 +184,29 @@ def plan_overlay(root: Path, name: str, profile: ClusterProfile) -> list[FileCha
 
 
 def apply_changes(changes: list[FileChange]) -> WriteResult:
+    """Write every change in `_write_order`, all or nothing.
+
+    A write that fails puts back the files already changed and raises InputError.
+    """
     result = WriteResult()
-    for change in changes:
-        if change.new is None:
-            change.path.unlink()
-            result.removed.append(change.path)
-            _remove_empty_parents(change.path.parent)
-        else:
-            _record(result, change.path, write_if_changed(change.path, change.new))
+    done: list[FileChange] = []
+    try:
+        for change in sorted(changes, key=_write_order):
+            if change.new is None:
+                change.path.unlink()
+                result.removed.append(change.path)
+                _remove_empty_parents(change.path.parent)
+            else:
+                _record(result, change.path, write_if_changed(change.path, change.new))
+            done.append(change)
+    except OSError as exc:
+        for change in reversed(done):
+            with contextlib.suppress(OSError):
+                if change.old is None:
+                    change.path.unlink()
+                else:
+                    write_atomic(change.path, change.old)
+        raise _unwritable(exc, change.path) from None
     return result
 
 
@@ -161,16 +217,28 @@ def _remove_empty_parents(directory: Path) -> None:
         directory = directory.parent
 
 
-def regenerate(root: Path, name: str) -> WriteResult:
-    """Bring overlays/<name>/ in line with its cluster.yaml."""
-    profile = load_profile(root / "overlays" / name / PROFILE)
-    result = apply_changes(plan_overlay(root, name, profile))
-    result.merge(sync_projects(root))
-    return result
+def _write_order(change: FileChange) -> int:
+    """New and changed files before the kustomizations that name them, removals after
+    the kustomizations stop naming them, profiles last: a kill between two writes
+    leaves an overlay that still renders, which validate then reports as profile-drift."""
+    if change.path.name == PROFILE:
+        return 3
+    if change.new is None:
+        return 2
+    return 1 if change.path.name in KUSTOMIZATION_NAMES else 0
+
+
+def _unwritable(exc: OSError, path: Path) -> InputError:
+    where = display_path(exc.filename) if exc.filename else display_path(path)
+    return InputError(f"cannot write {where}: {exc.strerror or exc}; nothing was changed")
 
 
 def plan_set(root: Path, name: str, assignments: list[Assignment]) -> list[FileChange]:
-    """The profile edit and every derived file it changes, checked before anything is written."""
+    """The profile edit and every derived file it changes, checked before anything is written.
+
+    With no assignments: what regenerating the overlay from cluster.yaml changes. Call
+    it under `edit_lock` when the changes are to be applied.
+    """
     path = root / "overlays" / name / PROFILE
     if not path.is_file():
         raise InputError(f"no cluster {name!r}: overlays/{name}/{PROFILE} does not exist")
@@ -179,37 +247,35 @@ def plan_set(root: Path, name: str, assignments: list[Assignment]) -> list[FileC
     where = display_path(path)
     profile = parse_profile(load_yaml_mapping(new, where), name, where, new)
     changes = [FileChange(path, old, new)] if new != old else []
-    changes += plan_overlay(root, name, profile)
-    projects = plan_projects(root, profile)
-    return changes + ([projects] if projects else [])
+    return changes + plan_overlay(root, name, profile) + plan_projects(root, profile)
 
 
-def plan_projects(root: Path, edited: ClusterProfile | None = None) -> FileChange | None:
-    """argocd/projects.yaml for the clusters under overlays/ (`edited` replacing its own)."""
+def plan_projects(root: Path, edited: ClusterProfile | None = None) -> list[FileChange]:
+    """argocd/projects.yaml for the clusters under overlays/ (`edited` replacing its own
+    profile, or joining them when it is a new cluster)."""
     from trainops.config import load_project_config
 
     path = root / PROJECTS
     if not path.parent.is_dir():
-        return None
+        return []
     profiles = [load_profile(p) for p in sorted((root / "overlays").glob(f"*/{PROFILE}"))]
     if edited is not None:
-        profiles = [edited if p.name == edited.name else p for p in profiles]
+        profiles = [p for p in profiles if p.name != edited.name] + [edited]
+        profiles.sort(key=lambda p: p.name)
     text = render_projects(load_project_config(root).repo_url, profiles)
     old = path.read_text() if path.is_file() else None
-    return FileChange(path, old, text) if old != text else None
-
-
-def sync_projects(root: Path) -> WriteResult:
-    """Rewrite argocd/projects.yaml for the clusters under overlays/."""
-    result = WriteResult()
-    change = plan_projects(root)
-    if change is not None:
-        result.merge(apply_changes([change]))
-    return result
+    return [FileChange(path, old, text)] if old != text else []
 
 
 def write_run(root: Path, cluster: str, run: str, options: RunOptions, force: bool) -> WriteResult:
     check_run_name(run)
+    with edit_lock(root):
+        return _write_run(root, cluster, run, options, force)
+
+
+def _write_run(
+    root: Path, cluster: str, run: str, options: RunOptions, force: bool
+) -> WriteResult:
     overlay = root / "overlays" / cluster
     if not (overlay / PROFILE).is_file():
         raise InputError(f"no cluster {cluster!r}: overlays/{cluster}/{PROFILE} does not exist")
@@ -223,11 +289,14 @@ def write_run(root: Path, cluster: str, run: str, options: RunOptions, force: bo
             "synced: pick a new run name (or --force if it was never synced)",
             str(path),
         )
-    result = WriteResult()
-    # The kustomization last: until it names them, the other files are not part of the run.
-    for name in sorted(files, key=lambda name: name == "kustomization.yaml"):
-        _record(result, directory / name, write_if_changed(directory / name, files[name]))
-    return result
+    # apply_changes writes the kustomization last: until it names them, the other
+    # files are not part of the run.
+    changes = []
+    for name, text in files.items():
+        target = directory / name
+        old = target.read_text() if target.is_file() else None
+        changes.append(FileChange(target, old, text))
+    return apply_changes(changes)
 
 
 def _record(result: WriteResult, path: Path, written: bool) -> None:

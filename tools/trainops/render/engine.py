@@ -104,11 +104,9 @@ class Renderer:
             file = None if target.kind == "helm" else where
             documents = load_documents(text, source=where, file=file, keep_text=True)
             return RenderResult(target, documents, plan.key, text)
-        cached = self.cache.get("render", plan.key)
+        cached = _cached_render(self.cache.get("render", plan.key))
         if cached is not None:
-            entry = json.loads(cached)
-            text = entry["text"]
-            findings = [Finding.from_cache(f) for f in entry["findings"]]
+            text, findings = cached
         else:
             text, findings = self._build(plan.inputs, target.path)
             entry = {"text": text, "findings": [f.to_cache() for f in findings]}
@@ -121,6 +119,8 @@ class Renderer:
         parts = [code_fingerprint(), kustomize.tool_fingerprint(), str(self.options.allow_network)]
         for path in sorted(graph.files):
             parts += [os.path.relpath(path, graph.root), self.hash_file(path)]
+        for path, link in sorted(graph.links.items()):
+            parts += [os.path.relpath(path, graph.root), "->", link]
         for use in graph.remotes:
             parts += [use.url, "mirrored" if use.local else "missing"]
         return digest(*parts)
@@ -223,6 +223,19 @@ class Renderer:
 def _relative_to(root: Path):
     """Origin paths relative to the rendered kustomization, as the cache keeps them."""
     return lambda path: os.path.relpath(path, root)
+
+
+def _cached_render(data: bytes | None) -> tuple[str, list[Finding]] | None:
+    """A cached render, or None (a miss, rebuilt and replaced) when it cannot be read."""
+    if data is None:
+        return None
+    try:
+        entry = json.loads(data)
+        text = entry["text"]
+        findings = [Finding.from_cache(f) for f in entry["findings"]]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return (text, findings) if isinstance(text, str) else None
 
 
 def run_parallel(function, items, jobs):

@@ -1,15 +1,25 @@
-"""Collects every local file a kustomize build reads.
+"""Collects every local file a kustomize build can read, and keeps it inside the repository.
 
-The walk follows a kustomization's resources, components and bases, its patch
-and generator files, and any other string in it that names an existing path;
-remote resources are resolved through the mirror and walked like local ones.
-The result keys the render cache (content of all inputs), decides whether the
-build needs staging, and catches missing paths with the kustomization's file
-and line before kustomize reports them without either.
+kustomize's load restrictor lets a kustomization read files only below its own
+directory; other directories enter a build only as kustomizations named by
+`resources`, `components`, `bases`, `generators`, `transformers` or `validators`.
+So the inputs of a build are the whole trees of the kustomization directories it
+reaches (plus remote resources, resolved through the mirror): hashing those trees,
+rather than the files some field names, keeps the cache key complete whatever a
+generator or transformer config reads (files named inline or in other files, helm
+values, symlinks).
+
+Only the fields kustomize reads as paths are followed; any other string in a
+kustomization (an annotation value `/usr`, say) is data. Every path followed must
+resolve inside the repository holding the target (or the mirror), and the trees
+hashed are bounded in files and bytes. Missing paths are reported with the
+kustomization's file and line before kustomize reports them without either.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,11 +27,19 @@ from typing import Any
 from trainops.errors import InputError
 from trainops.render.discover import kustomization_file
 from trainops.render.remote import RemoteRef, is_remote, parse_remote, resolve_in_mirror
-from trainops.yamlio import load_yaml_mapping, locate
+from trainops.yamlio import load_yaml_mapping, locate, read_text
 
+# Fields whose entries are kustomization directories (or, for resources, files).
 _REFERENCE_LISTS = ("resources", "components", "bases")
+# Fields whose entries are plugin configs: a file, a kustomization directory, or inline YAML.
+_PLUGIN_LISTS = ("generators", "transformers", "validators")
 _PATH_LISTS = ("patchesStrategicMerge", "crds", "configurations")
 _PATH_ENTRIES = ("patches", "patchesJson6902", "replacements")
+# Directories no build reads (kustomize would need an explicit path into them).
+_SKIPPED_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__"})
+
+MAX_INPUT_FILES = 20_000
+MAX_INPUT_BYTES = 1 << 30
 
 
 @dataclass
@@ -45,90 +63,201 @@ class InputGraph:
     files: set[Path] = field(default_factory=set)
     kustomizations: list[Path] = field(default_factory=list)
     remotes: list[RemoteUse] = field(default_factory=list)
+    # Symbolic links met in the trees, with their target text: part of the key even
+    # when the build cannot follow them (a link out of the repository).
+    links: dict[Path, str] = field(default_factory=dict)
+    size: int = 0
 
 
-def collect_inputs(directory: Path, mirror: Path | None) -> InputGraph:
-    graph = InputGraph(root=directory.resolve())
-    _walk_kustomization(graph.root, graph, mirror, visited=set())
-    return graph
+def repository_root(directory: Path) -> Path:
+    """The root paths of a build must stay under: the trainops project (a pyproject.toml
+    with [tool.trainops]) or Git repository holding `directory`; else the working
+    directory when `directory` is below it. A directory in no repository and outside
+    the working directory has no root to stay in but the filesystem's: there only
+    kustomize's own load restrictor applies."""
+    directory = directory.resolve()
+    git_root = None
+    for candidate in (directory, *directory.parents):
+        pyproject = candidate / "pyproject.toml"
+        try:
+            if pyproject.is_file() and "[tool.trainops]" in pyproject.read_text(errors="replace"):
+                return candidate
+        except OSError:
+            pass
+        if git_root is None and (candidate / ".git").exists():
+            git_root = candidate
+    if git_root is not None:
+        return git_root
+    cwd = Path.cwd().resolve()
+    return cwd if directory.is_relative_to(cwd) else Path(directory.anchor)
 
 
-def _walk_kustomization(
-    directory: Path, graph: InputGraph, mirror: Path | None, visited: set[Path]
-) -> None:
-    if directory in visited:
-        return
-    visited.add(directory)
-    kfile = kustomization_file(directory)
-    if kfile is None:
-        raise InputError("directory has no kustomization.yaml", str(directory))
-    graph.kustomizations.append(kfile)
-    for entry in directory.iterdir():
-        if entry.is_file():
-            graph.files.add(entry)
-    text = kfile.read_text(errors="replace")
-    spec = load_yaml_mapping(text, str(kfile))
+class _Walk:
+    """One collection: the graph being filled, the places paths may lead, the budget."""
 
-    for field_name in _REFERENCE_LISTS:
-        for index, entry in _indexed_strings(spec, field_name):
-            if is_remote(entry):
-                ref = parse_remote(entry)
-                local = resolve_in_mirror(ref, mirror) if ref else None
-                graph.remotes.append(RemoteUse(kfile, field_name, index, ref, local))
-                if local is not None:
-                    _add_path(local.resolve(), graph, mirror, visited)
-                continue
-            target = (directory / entry).resolve()
-            if not target.exists():
-                _missing(kfile, text, field_name, index, entry)
-            if target.is_dir() and kustomization_file(target) is None:
+    def __init__(self, graph: InputGraph, mirror: Path | None, boundary: Path):
+        self.graph = graph
+        self.mirror = mirror.resolve() if mirror is not None else None
+        self.boundary = boundary
+        self.visited: set[Path] = set()
+        self.trees: set[Path] = set()
+
+    def allowed(self, path: Path) -> bool:
+        return path.is_relative_to(self.boundary) or (
+            self.mirror is not None and path.is_relative_to(self.mirror)
+        )
+
+    def kustomization(self, directory: Path) -> None:
+        if directory in self.visited:
+            return
+        self.visited.add(directory)
+        kfile = kustomization_file(directory)
+        if kfile is None:
+            raise InputError("directory has no kustomization.yaml", str(directory))
+        self.graph.kustomizations.append(kfile)
+        self.tree(directory, kfile)
+        text = read_text(kfile)
+        spec = load_yaml_mapping(text, str(kfile))
+        for field_name in _REFERENCE_LISTS:
+            for index, entry in _indexed_strings(spec, field_name):
+                self.reference(directory, kfile, text, field_name, index, entry)
+        for field_name in _PLUGIN_LISTS:
+            for index, entry in _indexed_strings(spec, field_name):
+                if "\n" not in entry:  # one line: a path; several: an inline config
+                    self.reference(directory, kfile, text, field_name, index, entry)
+        for field_name in _PATH_LISTS:
+            for index, entry in _indexed_strings(spec, field_name):
+                if "\n" not in entry:
+                    self.local_path(directory, kfile, text, field_name, index, entry)
+        for field_name in _PATH_ENTRIES:
+            entries = spec.get(field_name)
+            for index, entry in enumerate(entries if isinstance(entries, list) else []):
+                path = entry.get("path") if isinstance(entry, dict) else None
+                if isinstance(path, str):
+                    self.local_path(directory, kfile, text, field_name, index, path, key="path")
+
+    def reference(
+        self, directory: Path, kfile: Path, text: str, field_name: str, index: int, entry: str
+    ) -> None:
+        if is_remote(entry):
+            ref = parse_remote(entry)
+            try:
+                local = resolve_in_mirror(ref, self.mirror) if ref else None
+            except InputError as exc:
+                raise InputError(
+                    f"{field_name} entry '{entry}': {exc.message}",
+                    str(kfile),
+                    _line(text, (field_name, index)),
+                ) from None
+            self.graph.remotes.append(RemoteUse(kfile, field_name, index, ref, local))
+            if local is not None:
+                self.target(local, kfile, text, field_name, index, entry)
+            return
+        target = self.local_path(directory, kfile, text, field_name, index, entry)
+        self.target(target, kfile, text, field_name, index, entry)
+
+    def target(
+        self, target: Path, kfile: Path, text: str, field_name: str, index: int, entry: str
+    ) -> None:
+        if target.is_dir():
+            if kustomization_file(target) is None:
                 raise InputError(
                     f"{field_name} entry '{entry}' is a directory without a kustomization.yaml",
                     str(kfile),
                     _line(text, (field_name, index)),
                 )
-            _add_path(target, graph, mirror, visited)
-
-    for field_name in _PATH_LISTS:
-        for index, entry in _indexed_strings(spec, field_name):
-            if "\n" not in entry and not (directory / entry).exists():
-                _missing(kfile, text, field_name, index, entry)
-    for field_name in _PATH_ENTRIES:
-        entries = spec.get(field_name)
-        for index, entry in enumerate(entries if isinstance(entries, list) else []):
-            path = entry.get("path") if isinstance(entry, dict) else None
-            if isinstance(path, str) and not (directory / path).exists():
-                _missing(kfile, text, field_name, index, path, key="path")
-
-    for value in iter_strings(spec):
-        if "\n" in value or is_remote(value) or len(value) > 4096:
-            continue
-        candidate = directory / value.split("=", 1)[-1]
-        try:
-            if candidate.exists():
-                _add_path(candidate.resolve(), graph, mirror, visited)
-        except OSError:
-            continue
-
-
-def _add_path(path: Path, graph: InputGraph, mirror: Path | None, visited: set[Path]) -> None:
-    if path.is_file():
-        graph.files.add(path)
-    elif path.is_dir():
-        if kustomization_file(path) is not None:
-            _walk_kustomization(path, graph, mirror, visited)
+            self.kustomization(target)
+        elif target.is_file():
+            self.add_file(target)
         else:
-            graph.files.update(p for p in path.rglob("*") if p.is_file())
+            raise InputError(
+                f"{field_name} entry '{entry}' is not a file or directory",
+                str(kfile),
+                _line(text, (field_name, index)),
+            )
+
+    def local_path(
+        self,
+        directory: Path,
+        kfile: Path,
+        text: str,
+        field_name: str,
+        index: int,
+        entry: str,
+        key: str | None = None,
+    ) -> Path:
+        """`entry` resolved against `directory`: it must exist and stay inside."""
+        where = (str(kfile), _line(text, (field_name, index), key))
+        target = _resolve(directory / entry, *where)
+        if not self.allowed(target):
+            raise InputError(
+                f"{field_name} entry '{entry}' resolves to {target}, outside the repository "
+                f"({self.boundary})",
+                *where,
+            )
+        if not target.exists():
+            raise InputError(f"{field_name} entry '{entry}' does not exist", *where)
+        return target
+
+    def tree(self, directory: Path, kfile: Path) -> None:
+        """Every regular file under a kustomization directory (the files it may read)."""
+        if any(directory.is_relative_to(done) for done in self.trees):
+            return
+        self.trees = {t for t in self.trees if not t.is_relative_to(directory)} | {directory}
+
+        def unreadable(error: OSError) -> None:
+            raise InputError(f"cannot read {error.filename}: {error.strerror}", str(kfile))
+
+        for top, dirs, files in os.walk(directory, onerror=unreadable):
+            here = Path(top)
+            dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS)
+            for name in [d for d in dirs if (here / d).is_symlink()]:
+                self.graph.links[here / name] = os.readlink(here / name)
+            for name in files:
+                path = here / name
+                try:
+                    info = path.lstat()
+                except OSError:
+                    continue
+                if stat.S_ISLNK(info.st_mode):
+                    self.graph.links[path] = os.readlink(path)
+                    try:
+                        real = path.resolve(strict=True)
+                    except (OSError, RuntimeError):
+                        continue  # dangling or looping: kustomize cannot read it either
+                    if self.allowed(real) and real.is_file():
+                        self.add_file(path)
+                elif stat.S_ISREG(info.st_mode):
+                    self.add_file(path, info.st_size)
+
+    def add_file(self, path: Path, size: int | None = None) -> None:
+        graph = self.graph
+        if path in graph.files:
+            return
+        graph.files.add(path)
+        graph.size += path.stat().st_size if size is None else size
+        if len(graph.files) > MAX_INPUT_FILES or graph.size > MAX_INPUT_BYTES:
+            raise InputError(
+                f"the build reads more than {MAX_INPUT_FILES} files or "
+                f"{MAX_INPUT_BYTES >> 20} MiB (kustomization directories are read whole); "
+                "move unrelated files out of the kustomization directories",
+                str(graph.root),
+            )
 
 
-def _missing(
-    kfile: Path, text: str, field_name: str, index: int, entry: str, key: str | None = None
-) -> None:
-    raise InputError(
-        f"{field_name} entry '{entry}' does not exist",
-        str(kfile),
-        _line(text, (field_name, index), key),
-    )
+def collect_inputs(directory: Path, mirror: Path | None) -> InputGraph:
+    """The files, links and remote resources a build of `directory` can read."""
+    root = _resolve(directory, str(directory), None)
+    graph = InputGraph(root=root)
+    _Walk(graph, mirror, repository_root(root)).kustomization(root)
+    return graph
+
+
+def _resolve(path: Path, file: str, line: int | None) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
+        raise InputError(f"cannot resolve {path}: {exc}", file, line) from None
 
 
 def _line(text: str, path: tuple[str | int, ...], key: str | None = None) -> int | None:

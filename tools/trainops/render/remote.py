@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from trainops.errors import InputError
+
 _REMOTE_PREFIXES = ("http://", "https://", "git@", "ssh://", "git::", "file://")
 _BARE_HOSTS = re.compile(r"^(github\.com|gitlab\.com|bitbucket\.org)/")
 _COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
@@ -89,11 +91,22 @@ def parse_remote(url: str) -> RemoteRef | None:
 
 
 def resolve_in_mirror(ref: RemoteRef, mirror: Path | None) -> Path | None:
-    """The mirror's copy of a remote resource, or None when it has none."""
+    """The mirror's copy of a remote resource, or None when it has none.
+
+    The copy must lie inside the mirror once resolved: a URL whose path, repository
+    or ref climbs out (`..`, a symbolic link) is refused, not looked up.
+    """
     if mirror is None:
         return None
+    top = mirror.resolve()
     for name in ref.mirror_names():
         candidate = mirror / name / ref.path if ref.path else mirror / name
-        if candidate.exists():
-            return candidate
+        try:
+            resolved = candidate.resolve()
+        except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python 3.11)
+            raise InputError(f"{candidate} cannot be resolved (a symbolic link loop?)") from None
+        if resolved == top or not resolved.is_relative_to(top):
+            raise InputError(f"the URL leads out of the remote mirror {mirror}")
+        if resolved.exists():
+            return resolved
     return None

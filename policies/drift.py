@@ -1,0 +1,39 @@
+"""Generated overlays match the profile they are generated from."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from trainops.model import ERROR, Document
+from trainops.policy.engine import Context, Violation, render_rule
+from trainops.profile.writer import plan_overlay
+from trainops.render.discover import display_path
+
+
+@render_rule(
+    id="profile-drift",
+    severity=ERROR,
+    title="A cluster overlay is exactly what its cluster.yaml generates",
+    why="Every file of a cluster overlay but cluster.yaml is derived from it. A hand edit, a "
+    "merge that kept one side of a generated file, or an edit killed half-way leaves an "
+    "overlay that no longer matches its profile: the next `trainops set` silently reverts "
+    "it, and what the profile says (nodes, fabric, NCCL) is not what Argo CD syncs.",
+    fix="Put the change in cluster.yaml and run `trainops set CLUSTER` (no assignment "
+    "regenerates the overlay), then review the diff it prints.",
+)
+def profile_drift(ctx: Context) -> Iterator[tuple[Document | None, Violation]]:
+    if ctx.profile is None or ctx.has_platform:
+        return  # only the cluster overlay itself; its runs and templates are checked with it
+    directory = Path(ctx.target.path).resolve()
+    if not (directory / "cluster.yaml").is_file() or directory.parent.name != "overlays":
+        return
+    for change in plan_overlay(directory.parent.parent, directory.name, ctx.profile):
+        shown = display_path(change.path)
+        if change.old is None:
+            message = f"{shown} is missing: cluster.yaml generates it"
+        elif change.new is None:
+            message = f"{shown} is generated but cluster.yaml no longer calls for it"
+        else:
+            message = f"{shown} differs from what cluster.yaml generates"
+        yield None, Violation(message)

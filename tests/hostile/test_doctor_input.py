@@ -1,0 +1,52 @@
+"""`trainops doctor nccl` on hostile logs: compressed bombs, mixed encodings, floods,
+directories of junk. Class: bounded work on any input (the doctor's own limits, see
+tests/doctor/test_doctor_bounds.py), never a traceback."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.hostile.harness import assert_handled, run_cli, write
+
+INIT = "host:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n"
+
+
+def _gzip_bomb(path: Path) -> None:
+    with gzip.open(path, "wb", compresslevel=9) as handle:
+        chunk = b"\0" * (1 << 20)
+        for _ in range(64):
+            handle.write(chunk)
+
+
+def _junk_dir(path: Path) -> None:
+    for i in range(30):
+        write(path / f"rank{i}.log", os.urandom(2048))
+    write(path / "ok.log", INIT)
+
+
+CASES = {
+    "gzip-of-nuls": lambda p: _gzip_bomb(p / "bomb.log.gz"),
+    "gzip-truncated": lambda p: write(p / "cut.log.gz", gzip.compress(INIT.encode() * 100)[:40]),
+    "not-gzip-named-gz": lambda p: write(p / "fake.log.gz", INIT),
+    "latin1-and-utf8": lambda p: write(p / "mix.log", INIT.encode() + "café\n".encode("latin-1")),
+    "ansi-flood": lambda p: write(p / "ansi.log", "\x1b[31m" * 200_000 + INIT),
+    "nul-in-line": lambda p: write(p / "nul.log", INIT.replace("Init", "In\0it") * 10),
+    "directory-of-random-bytes": lambda p: _junk_dir(p / "logs"),
+    "one-word-line": lambda p: write(p / "word.log", "NCCL" * 250_000 + "\n"),
+    "many-ranks": lambda p: write(
+        p / "ranks.log", "".join(INIT.replace("rank 0", f"rank {i}") for i in range(20_000))
+    ),
+    "unbalanced-json": lambda p: write(p / "fr.json", "{" * 100_000),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_doctor_on_hostile_logs(tmp_path: Path, case: str):
+    CASES[case](tmp_path)
+    inputs = sorted(p.name for p in tmp_path.iterdir())
+    outcome = run_cli("doctor", "nccl", *inputs, cwd=tmp_path)
+    assert_handled(outcome)
