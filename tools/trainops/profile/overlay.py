@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from trainops.profile import observability
 from trainops.profile.model import ClusterProfile, quantity_bytes
 from trainops.yamlio import dump
 
@@ -58,6 +59,7 @@ def generate(profile: ClusterProfile) -> dict[str, str]:
         files[f"training/{template}/kustomization.yaml"] = _template_kustomization(
             profile, template, base
         )
+    files.update(observability.generate(profile))
     return files
 
 
@@ -153,6 +155,7 @@ def _platform_kustomization(p: ClusterProfile) -> str:
         resources.append(f"{BASE}/training/queues/{p.scheduler}")
     if p.trainer_v2:
         resources.append("training/runtimes")
+    resources.append(observability.DIRECTORY)
     components = [f"{BASE}/components/scheduler/{p.scheduler}"]
     patches: list[dict[str, Any]] = [
         {"path": "platform/network.yaml"},

@@ -280,7 +280,8 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         default=[],
         metavar="KIND@STEP[:rank=R]",
         help="chaos testing: sigkill, sigterm, nan, hang, exception or watchdog "
-        "(fire the watchdog now) at a step, once per job; repeatable",
+        "(fire the watchdog now) at a step, once per job; slow (a straggler: every "
+        "step from then on takes 0.2 s longer); repeatable",
     )
 
     metrics = parser.add_argument_group("metrics")

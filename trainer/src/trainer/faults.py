@@ -13,6 +13,8 @@ instead of crashing again at the same step.
                 the step blocks: in the hang, with hang@S on the same rank; else in
                 the gradient all-reduce, once every hang@S of another rank has begun
                 (their markers), so that this rank is the one that notices the hang
+    slow@S      from step S on, every step of the rank takes SLOW_SECONDS longer before
+                its forward pass: a straggler drill (fires every step, not once)
 
 With `watchdog@S` the order in which ranks notice a hang is chosen, not left to
 the scheduler: the hang report must name the stuck rank in either order.
@@ -39,6 +41,8 @@ class InjectedFault(RuntimeError):
 
 # How often a rank looks for the markers of the hangs it waits for.
 _MARKER_POLL_SECONDS = 0.05
+# What `slow@S` adds to each step: far above a small model's step, so the node stands out.
+SLOW_SECONDS = 0.2
 
 
 class FaultInjector:
@@ -58,6 +62,8 @@ class FaultInjector:
             (f.step, f.rank) for f in faults if f.kind == "hang" and f.rank not in (None, rank)
         }
         self._fired: set[Fault] = set()
+        slow = [f.step for f in self.faults if f.kind == "slow"]
+        self._slow_from = min(slow) if slow else None
 
     def _claim(self, kind: str, step: int) -> Fault | None:
         for fault in self.faults:
@@ -83,6 +89,8 @@ class FaultInjector:
             threading.Event().wait()
         if self._claim("exception", step):
             raise InjectedFault(f"injected exception at step {step}")
+        if self._slow_from is not None and step >= self._slow_from:
+            time.sleep(SLOW_SECONDS)
         return self._claim("nan", step) is not None
 
     def in_gradient_all_reduce(self, step: int) -> None:
