@@ -48,6 +48,7 @@ PREFIX = "trainer_"
 # Gauges set from the fields of the records of the same name (without the prefix).
 GAUGES = {
     "step": "Optimizer steps completed by the job",
+    "last_step_timestamp_seconds": "Unix time this node last completed a step (or started)",
     "loss": "Training loss, mean over ranks and the last logging window",
     "step_seconds": "Wall time of one step, mean over the last logging window",
     "samples_per_second": "Samples trained per second by the whole job",
@@ -165,11 +166,13 @@ class Metrics:
         from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
         registry = CollectorRegistry()
+        # A series appears once it has a value: no MFU on CPUs, no tokens for images.
         for key, doc in GAUGES.items():
-            gauge = Gauge(PREFIX + key, doc, LABELS, registry=registry)
-            self._gauges[key] = gauge.labels(**self._labels)
+            self._gauges[key] = Gauge(PREFIX + key, doc, LABELS, registry=registry)
         for key, (label, doc) in INFO_GAUGES.items():
             self._info[key] = Gauge(PREFIX + key, doc, (*LABELS, label), registry=registry)
+        now = time.time()
+        self.update(last_step_timestamp_seconds=now, last_checkpoint_timestamp_seconds=now)
         self.server, self.thread = start_http_server(port, registry=registry)
         self.port = self.server.server_port
 
@@ -198,13 +201,12 @@ class Metrics:
         for key, value in fields.items():
             gauge = self._gauges.get(key)
             if gauge is not None and isinstance(value, int | float) and not isinstance(value, bool):
-                gauge.set(value)
+                gauge.labels(**self._labels).set(value)
 
     def step(self, step: int) -> None:
         """Every step: progress is visible between logging windows."""
-        gauge = self._gauges.get("step")
-        if gauge is not None:
-            gauge.set(step)
+        if self._gauges:
+            self.update(step=step, last_step_timestamp_seconds=time.time())
 
     def info(self, key: str, value: str) -> None:
         """Set an info gauge to `value`, replacing the one it had."""
