@@ -53,6 +53,8 @@ PLATFORM_NAMESPACED_KINDS = (
     ("kueue.x-k8s.io", "LocalQueue"),
     ("monitoring.coreos.com", "PodMonitor"),
     ("monitoring.coreos.com", "PrometheusRule"),
+    # The GPU health check (monitoring/).
+    ("batch", "CronJob"),
 )
 ADDON_CLUSTER_KINDS = (
     ("", "Namespace"),
