@@ -21,8 +21,7 @@ from trainops.profile import observability
 from trainops.profile.model import load_profile, parse_profile
 
 CLUSTERS = sorted(p.parent.name for p in (REPO / "overlays").glob("*/cluster.yaml"))
-DCGM_DEFAULTS = REPO / "base/operators/mirror/dcgm-exporter-4.4.2-4.7.0/etc/default-counters.csv"
-ADDONS = REPO / "argocd/applicationsets/addons.yaml"
+DCGM_DEFAULTS = REPO / "base/operators/mirror/dcgm-exporter-4.4.2-4.7.0/etc/dcp-metrics-included.csv"
 
 
 def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -302,22 +301,31 @@ def test_selector_walk_finds_every_metric():
     assert sorted(_selectors(parsed)) == ["x_total", "y", "z"]
 
 
-def dcgm_enabled_fields() -> set[str]:
-    """DCGM fields the cluster's exporter serves: the counters the GPU Operator's chart
-    is given in addons.yaml (each must be a field the exporter knows)."""
-    known = set()
-    for row in csv.reader(DCGM_DEFAULTS.read_text().splitlines()):
-        if row and row[0].lstrip("# ").startswith("DCGM_"):
-            known.add(row[0].lstrip("# ").strip())
-    [operator] = [d for d in yaml.safe_load_all(ADDONS.read_text()) if d["metadata"]["name"] == "gpu-operator"]
-    values = operator["spec"]["template"]["spec"]["source"]["helm"]["valuesObject"]
-    data = values["dcgmExporter"]["config"]["data"]
-    enabled = {
-        row[0].strip()
-        for row in csv.reader(data.splitlines())
-        if row and row[0].strip() and not row[0].startswith("#")
-    }
+def _csv_fields(text: str, commented: bool) -> set[str]:
+    fields = set()
+    for row in csv.reader(text.splitlines()):
+        name = row[0].strip() if row else ""
+        if commented:
+            name = name.lstrip("# ")
+        if name.startswith("DCGM_"):
+            fields.add(name)
+    return fields
+
+
+def dcgm_enabled_fields(cluster: str = "prod-roce") -> set[str]:
+    """DCGM fields the cluster's exporter serves: the counters its gpu-operator values
+    give the chart (each must be a field the exporter knows, enabled by default or not)."""
+    known = _csv_fields(DCGM_DEFAULTS.read_text(), commented=True)
+    values = yaml.safe_load((REPO / "overlays" / cluster / "addons/gpu-operator.yaml").read_text())
+    config = values["dcgmExporter"]["config"]
+    assert config["create"] and config["name"]
+    data = config["data"]
+    rows = [row for row in csv.reader(data.splitlines()) if row and not row[0].startswith("#")]
+    assert all(len(row) == 3 for row in rows), "field, type, help: three columns a line"
+    enabled = _csv_fields(data, commented=False)
     assert enabled <= known, f"not DCGM exporter fields: {sorted(enabled - known)}"
+    # Nothing the exporter serves by default is lost.
+    assert _csv_fields(DCGM_DEFAULTS.read_text(), commented=False) <= enabled
     return enabled
 
 
@@ -336,7 +344,7 @@ def _dashboard_queries(cluster: str) -> list[str]:
 @pytest.mark.parametrize("cluster", CLUSTERS)
 def test_dashboard_queries_parse_and_use_served_metrics(cluster, tmp_path):
     queries = _dashboard_queries(cluster)
-    served = set(exported_metrics()) | dcgm_enabled_fields()
+    served = set(exported_metrics()) | dcgm_enabled_fields(cluster)
     used = set()
     for query in queries:
         used.update(_selectors(promql_parser.parse(query)))

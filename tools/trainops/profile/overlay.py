@@ -335,7 +335,12 @@ def gpu_operator_values(p: ClusterProfile) -> dict[str, Any]:
         "driver": driver,
         # A ServiceMonitor needs the Prometheus Operator's CRD: without it the
         # ClusterPolicy never gets ready. Enable it where that operator runs.
-        "dcgmExporter": {"serviceMonitor": {"enabled": False}},
+        # The platform's PodMonitor (base/monitoring) scrapes it instead; the counters
+        # add ECC and throttling for the alerts.
+        "dcgmExporter": {
+            "serviceMonitor": {"enabled": False},
+            "config": observability.dcgm_exporter_config(),
+        },
         "validator": {"plugin": {"env": [{"name": "WITH_WORKLOAD", "value": "false"}]}},
     }
 
