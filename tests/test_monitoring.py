@@ -21,7 +21,9 @@ from trainops.profile import observability
 from trainops.profile.model import load_profile, parse_profile
 
 CLUSTERS = sorted(p.parent.name for p in (REPO / "overlays").glob("*/cluster.yaml"))
-DCGM_DEFAULTS = REPO / "base/operators/mirror/dcgm-exporter-4.4.2-4.7.0/etc/dcp-metrics-included.csv"
+DCGM_DEFAULTS = (
+    REPO / "base/operators/mirror/dcgm-exporter-4.4.2-4.7.0/etc/dcp-metrics-included.csv"
+)
 
 
 def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -351,9 +353,17 @@ def test_dashboard_queries_parse_and_use_served_metrics(cluster, tmp_path):
     assert used <= served, f"not served by the trainer or DCGM: {sorted(used - served)}"
     assert {"trainer_step_seconds", "trainer_mfu", "trainer_ettr", "DCGM_FI_DEV_XID_ERRORS"} <= used
     # Prometheus's own parser too: every query as a recording rule.
-    rules = {"groups": [{"name": "dashboard", "rules": [
-        {"record": f"dashboard:query{i}", "expr": q.replace("$job", ".*")} for i, q in enumerate(queries)
-    ]}]}
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {"record": f"dashboard:query{i}", "expr": q.replace("$job", ".*")}
+                    for i, q in enumerate(queries)
+                ],
+            }
+        ]
+    }
     path = tmp_path / "dashboard-rules.yaml"
     path.write_text(yaml.safe_dump(rules))
     done = promtool("check", "rules", str(path), cwd=tmp_path)

@@ -20,6 +20,9 @@ from trainops.yamlio import dump
 
 DIRECTORY = "monitoring"
 BASE = "../../../base"  # from overlays/<cluster>/monitoring/
+PREFLIGHT = "training/preflight"
+# all_reduce_perf's arguments: 8 B to 8 GiB, doubling, one GPU per rank.
+NCCL_TESTS_ARGS = ["-b", "8", "-e", "8G", "-f", "2", "-g", "1"]
 HEADER = (
     "# Generated from cluster.yaml by trainops. Change the profile instead\n"
     "# (`trainops set {name} KEY=VALUE`): regeneration overwrites this file.\n"
@@ -405,6 +408,75 @@ def _gpu_health_patch(p: ClusterProfile) -> dict[str, Any]:
     }
 
 
+def preflight_base(p: ClusterProfile) -> str:
+    """The base of the cluster's preflight: nccl-tests under the cluster's MPIJob where it
+    has one, else the trainer's own all-reduce check (PyTorchJob, or TrainJob on v2)."""
+    if p.uses_mpi:
+        return "preflight-mpi-v2beta1" if p.mpi_v2 else "preflight-mpi"
+    return "preflight" if p.trainer_v1 else "preflight-trainjob"
+
+
+def _preflight_patch(p: ClusterProfile) -> list[dict[str, Any]]:
+    """JSON patch of the preflight job: its size, mode and bus bandwidth floor."""
+    test = settings(p)[1]
+    floor = f"{test.busbwFloor:g}"
+    base = preflight_base(p)
+    if test.mode == "pairwise" and not p.uses_mpi:
+        raise ProfileError(
+            "preflight.mode: pairwise runs nccl-tests under MPI, and this cluster has "
+            "mpiOperator: none",
+            f"overlays/{p.name}/cluster.yaml",
+        )
+    if base.startswith("preflight-mpi"):
+        args = ["--min-busbw", floor, *(["--pairwise"] if test.mode == "pairwise" else [])]
+        return [
+            {"op": "replace", "path": "/spec/mpiReplicaSpecs/Worker/replicas", "value": test.nodes},
+            {
+                "op": "replace",
+                "path": "/spec/mpiReplicaSpecs/Launcher/template/spec/containers/0/args",
+                "value": [*args, "--", *NCCL_TESTS_ARGS],
+            },
+        ]
+    args = ["--size-mb", "256", "--iterations", "20", "--min-busbw", floor]
+    if base == "preflight-trainjob":
+        return [
+            {"op": "replace", "path": "/spec/trainer/numNodes", "value": test.nodes},
+            {"op": "replace", "path": "/spec/trainer/args", "value": args},
+        ]
+    ops = [
+        {
+            "op": "replace",
+            "path": f"/spec/pytorchReplicaSpecs/{replica}/template/spec/containers/0/args",
+            "value": args,
+        }
+        for replica in ("Master", "Worker")
+    ]
+    if test.nodes == 1:
+        return [{"op": "remove", "path": "/spec/pytorchReplicaSpecs/Worker"}, ops[0]]
+    workers = {"op": "replace", "path": "/spec/pytorchReplicaSpecs/Worker/replicas"}
+    return [{**workers, "value": test.nodes - 1}, *ops]
+
+
+PREFLIGHT_KINDS = {
+    "preflight-mpi": "MPIJob",
+    "preflight-mpi-v2beta1": "MPIJob",
+    "preflight": "PyTorchJob",
+    "preflight-trainjob": "TrainJob",
+}
+
+
+def _preflight_kustomization(p: ClusterProfile) -> dict[str, Any]:
+    base = preflight_base(p)
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        # From overlays/<cluster>/training/preflight/.
+        "resources": [f"../../../../base/training/{base}"],
+        "components": ["../cluster"],
+        "patches": [{"path": "acceptance.yaml", "target": {"kind": PREFLIGHT_KINDS[base]}}],
+    }
+
+
 def _kustomization(p: ClusterProfile) -> dict[str, Any]:
     return {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
@@ -437,7 +509,14 @@ def generate(p: ClusterProfile) -> dict[str, str]:
         f"# Monitoring of cluster {p.name}: alerting rules, the Grafana dashboard\n"
         "# (a ConfigMap for Grafana's sidecar) and the per-node GPU health check.\n"
     )
+    preflight = (
+        f"# Cluster {p.name}'s preflight: the fabric acceptance test ({preflight_base(p)}),\n"
+        "# sized and judged by cluster.yaml's preflight keys. Run it on demand:\n"
+        f"# trainops preflight overlays/{p.name} --emit-job | kubectl create -f -\n"
+    )
     return {
+        f"{PREFLIGHT}/kustomization.yaml": header + preflight + dump(_preflight_kustomization(p)),
+        f"{PREFLIGHT}/acceptance.yaml": header + dump(_preflight_patch(p)),
         f"{DIRECTORY}/kustomization.yaml": header + comment + dump(_kustomization(p)),
         f"{DIRECTORY}/rules.yaml": header + dump(prometheus_rule(p)),
         f"{DIRECTORY}/gpu-health.yaml": header + dump(_gpu_health_patch(p)),

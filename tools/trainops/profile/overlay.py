@@ -56,6 +56,8 @@ def generate(profile: ClusterProfile) -> dict[str, str]:
                 )
         files["training/runtimes/kustomization.yaml"] = _runtimes_kustomization(profile)
     for template, base in templates(profile).items():
+        if f"training/{template}" == observability.PREFLIGHT:
+            continue  # observability.generate writes it, sized by the profile
         files[f"training/{template}/kustomization.yaml"] = _template_kustomization(
             profile, template, base
         )
@@ -75,8 +77,8 @@ def templates(p: ClusterProfile) -> dict[str, str]:
         out["trainjob"] = "trainjob"
         if p.uses_mpi:
             out["trainjob-mpi"] = "trainjob-mpi"
-    # The NCCL preflight runs on the v1 path where there is one.
-    out["preflight"] = "preflight" if p.trainer_v1 else "preflight-trainjob"
+    # The fabric acceptance test: nccl-tests under MPI where the cluster has it.
+    out["preflight"] = observability.preflight_base(p)
     return out
 
 
