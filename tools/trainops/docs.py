@@ -54,6 +54,7 @@ def cli_reference() -> str:
 
 def profile_table() -> str:
     from trainops.profile.model import FIELD_DOCS, REQUIRED, ClusterProfile
+    from trainops.profile.observability_settings import SECTIONS
 
     defaults = ClusterProfile(name="x", fabric="tcp", gpusPerNode=1, nodes=1, image="i:1")
     rows = ["| Key | Required | Default | Meaning |", "|---|---|---|---|"]
@@ -62,6 +63,13 @@ def profile_table() -> str:
         derived = key in REQUIRED or default in ("", None, [], {}, 0)
         shown = "" if derived else f"`{default}`"
         rows.append(f"| `{key}` | {'yes' if key in REQUIRED else ''} | {shown} | {doc} |")
+        for sub, (_, sub_default, sub_doc) in SECTIONS.get(key, {}).items():
+            sub_shown = (
+                ""
+                if sub_default is None
+                else f"`{str(sub_default).lower() if isinstance(sub_default, bool) else sub_default}`"
+            )
+            rows.append(f"| `{key}.{sub}` |  | {sub_shown} | {sub_doc} |")
     return "\n".join(rows)
 
 

@@ -72,7 +72,8 @@ GPU_HEALTH_KEYS: dict[str, tuple[type, Any, str]] = {
 SECTIONS = {"alerts": ALERT_KEYS, "preflight": PREFLIGHT_KEYS, "gpuHealth": GPU_HEALTH_KEYS}
 SECTION_DOCS = {
     "alerts": "thresholds of the generated alerting rules (PrometheusRule)",
-    "preflight": "fabric acceptance test run after every platform sync (nccl-tests)",
+    "preflight": "fabric acceptance test (nccl-tests), run on demand: `trainops preflight "
+    "OVERLAY --emit-job`",
     "gpuHealth": "per-node GPU health check (DCGM diagnostics) as a CronJob",
 }
 
