@@ -35,7 +35,8 @@ def test_rounds_cover_every_pair_once_and_no_node_twice_a_round(count):
 
 
 def test_hostfile_of_the_mpi_operator():
-    text = "job-worker-0.job.training.svc slots=8\n# comment\n\njob-worker-1.job.training.svc slots=8\n"
+    text = "job-worker-0.job.training.svc slots=8\n# comment\n\n"
+    text += "job-worker-1.job.training.svc slots=8\n"
     assert read_hostfile(text) == [
         Node("job-worker-0.job.training.svc", 8),
         Node("job-worker-1.job.training.svc", 8),

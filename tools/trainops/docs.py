@@ -64,11 +64,9 @@ def profile_table() -> str:
         shown = "" if derived else f"`{default}`"
         rows.append(f"| `{key}` | {'yes' if key in REQUIRED else ''} | {shown} | {doc} |")
         for sub, (_, sub_default, sub_doc) in SECTIONS.get(key, {}).items():
-            sub_shown = (
-                ""
-                if sub_default is None
-                else f"`{str(sub_default).lower() if isinstance(sub_default, bool) else sub_default}`"
-            )
+            if isinstance(sub_default, bool):
+                sub_default = str(sub_default).lower()
+            sub_shown = "" if sub_default is None else f"`{sub_default}`"
             rows.append(f"| `{key}.{sub}` |  | {sub_shown} | {sub_doc} |")
     return "\n".join(rows)
 

@@ -55,7 +55,11 @@ DCGM_COUNTERS = (
     ("DCGM_FI_DEV_FB_RESERVED", "gauge", "reserved framebuffer (MiB)"),
     ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "NVLink bandwidth counter of all lanes"),
     ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU licence status"),
-    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "rows remapped for uncorrectable errors"),
+    (
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "rows remapped for uncorrectable errors",
+    ),
     ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "rows remapped for correctable errors"),
     ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "row remapping failed"),
     ("DCGM_FI_DRIVER_VERSION", "label", "driver version"),
@@ -98,9 +102,7 @@ def settings(p: ClusterProfile) -> tuple[Any, Any, Any]:
     def fail(key: str, message: str) -> ProfileError:
         return ProfileError(f"{key}: {message}", f"overlays/{p.name}/cluster.yaml")
 
-    return observability_settings.parse(
-        p.alerts, p.preflight, p.gpuHealth, p.fabric, p.nodes, fail
-    )
+    return observability_settings.parse(p.alerts, p.preflight, p.gpuHealth, p.fabric, p.nodes, fail)
 
 
 def training_alerts(p: ClusterProfile) -> list[Alert]:
@@ -280,23 +282,42 @@ PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
         "Throughput",
         "short",
         (
-            (f"max by (training_job) (trainer_samples_per_second{{{_JOB}}})", "{{training_job}} samples/s"),
-            (f"max by (training_job) (trainer_tokens_per_second{{{_JOB}}})", "{{training_job}} tokens/s"),
+            (
+                f"max by (training_job) (trainer_samples_per_second{{{_JOB}}})",
+                "{{training_job}} samples/s",
+            ),
+            (
+                f"max by (training_job) (trainer_tokens_per_second{{{_JOB}}})",
+                "{{training_job}} tokens/s",
+            ),
         ),
     ),
-    ("MFU", "percentunit", ((f"max by (training_job) (trainer_mfu{{{_JOB}}})", "{{training_job}}"),)),
-    ("ETTR", "percentunit", ((f"max by (training_job) (trainer_ettr{{{_JOB}}})", "{{training_job}}"),)),
+    (
+        "MFU",
+        "percentunit",
+        ((f"max by (training_job) (trainer_mfu{{{_JOB}}})", "{{training_job}}"),),
+    ),
+    (
+        "ETTR",
+        "percentunit",
+        ((f"max by (training_job) (trainer_ettr{{{_JOB}}})", "{{training_job}}"),),
+    ),
     (
         "Checkpoint age",
         "s",
         (
             (
-                f"time() - max by (training_job) (trainer_last_checkpoint_timestamp_seconds{{{_JOB}}})",
+                "time() - max by (training_job) "
+                f"(trainer_last_checkpoint_timestamp_seconds{{{_JOB}}})",
                 "{{training_job}}",
             ),
         ),
     ),
-    ("Restarts", "short", ((f"max by (training_job) (trainer_restarts{{{_JOB}}})", "{{training_job}}"),)),
+    (
+        "Restarts",
+        "short",
+        ((f"max by (training_job) (trainer_restarts{{{_JOB}}})", "{{training_job}}"),),
+    ),
     (
         "Data wait per node",
         "s",
@@ -305,7 +326,12 @@ PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
     (
         "NCCL transport per node",
         "none",
-        ((f"trainer_nccl_transport{{{_JOB}}}", "{{training_job}} node {{node_rank}}: {{transport}}"),),
+        (
+            (
+                f"trainer_nccl_transport{{{_JOB}}}",
+                "{{training_job}} node {{node_rank}}: {{transport}}",
+            ),
+        ),
     ),
     (
         "GPU Xid errors (last code)",
