@@ -11,7 +11,8 @@ straggler ratio, NCCL transport) are the node's own.
 
 A straggler is found without an extra collective: the metrics reduction that every
 log interval already does gathers each rank's own work time per step (waiting for its
-batch plus the forward pass, the part of a step no peer waits in), so every node knows
+batch plus the forward pass, the part of a step no peer waits in; `DeviceClock` times
+the forward pass on the GPU itself), so every node knows
 the whole job's times. A node's work time is its slowest rank's; its straggler ratio is
 that over the median of all nodes'. (A slow network link shows in nccl-tests sweeps,
 not here: a ring all-reduce is as slow for every rank.)
@@ -145,6 +146,27 @@ def node_times(rows: Iterable[tuple[int, float, float]], node: int) -> NodeTimes
         return value / median if median > 0 else None
 
     return NodeTimes(work[node], wait[node], ratio(work[node]), slowest, ratio(work[slowest]))
+
+
+class DeviceClock:
+    """Times device work: CUDA events on a GPU, where kernels run after the host has
+    moved on, the host clock on a CPU. `seconds(start, end)` is valid once the device
+    has passed `end` (after any call that waits for it)."""
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start, end) -> float:
+        return start.elapsed_time(end) / 1000 if self.cuda else end - start
 
 
 class Metrics:

@@ -37,7 +37,7 @@ from trainer.errors import DivergedError, ExitCode, TrainerError
 from trainer.faults import FaultInjector
 from trainer.guard import NonFiniteGuard, Verdict
 from trainer.hangreport import HangReport
-from trainer.metrics import Identity, Metrics, node_times, peak_flops_for
+from trainer.metrics import DeviceClock, Identity, Metrics, node_times, peak_flops_for
 from trainer.models import build_model, loss_fn, training_flops_per_sample
 from trainer.termination import TerminationHandler
 from trainer.watchdog import Watchdog
@@ -169,6 +169,7 @@ class Trainer:
             self.rank, topo.local_rank, os.environ, config.checkpoint.directory
         )
         self.metrics = Metrics(config.metrics, self.identity)
+        self.clock = DeviceClock(self.device.type == "cuda")
         self.metrics.info("nccl_transport", transport_kind)
         if config.record_samples is not None:
             config.record_samples.mkdir(parents=True, exist_ok=True)
@@ -301,8 +302,12 @@ class Trainer:
             window["data"] += time.perf_counter() - started
             poison = self.faults.during_step(step)
             self.optimizer.zero_grad(set_to_none=True)
+            # This rank's own work: everything before the forward pass, then the forward
+            # pass on the device; no peer is waited for until the backward pass.
+            own = time.perf_counter() - started
+            forward_start = self.clock.mark()
             loss = loss_fn(self.ddp(inputs), targets)
-            window["work"] += time.perf_counter() - started
+            forward_end = self.clock.mark()
             if poison:
                 loss = loss * float("nan")
             with self.watchdog.collective("gradient all-reduce"):
@@ -310,7 +315,8 @@ class Trainer:
                 loss.backward()
             max_norm = config.optim.grad_clip or math.inf
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.ddp.parameters(), max_norm))
-            loss_value = float(loss.detach())
+            loss_value = float(loss.detach())  # waits for the device
+            window["work"] += own + self.clock.seconds(forward_start, forward_end)
             verdict = self.guard.judge(step, grad_norm, loss_value)
             if verdict is Verdict.ROLLBACK:
                 self._rollback(step)
