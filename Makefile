@@ -16,6 +16,7 @@ CRDS ?= ../shared/crds
 MIRROR_CRDS := base/operators/mirror/kubeflow-training-operator-v1.9.0/manifests/base/crds
 # CRDs vendored here, pinned by commit (crds/<project>-<version>/SOURCE.md).
 VENDORED_CRDS := crds
+PROMETHEUS_RULE_CRD := base/operators/mirror/prometheus-operator-v0.93.0/example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml
 
 .PHONY: install validate test test-repeat lint format bench schemas train-local clean
 
@@ -70,7 +71,7 @@ train-local: $(DEV)
 	@echo "metrics: $(TRAIN_LOCAL)/metrics.jsonl, checkpoints: $(TRAIN_LOCAL)/checkpoints"
 
 schemas: $(DEV)
-	$(BIN)/trainops schemas import $(CRDS)/*.yaml $(MIRROR_CRDS)/*.yaml $(VENDORED_CRDS)/*/*.yaml
+	$(BIN)/trainops schemas import $(CRDS)/*.yaml $(MIRROR_CRDS)/*.yaml $(VENDORED_CRDS)/*/*.yaml $(PROMETHEUS_RULE_CRD)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache $(TRAIN_LOCAL)

@@ -147,7 +147,8 @@ def test_preflight_warns_when_the_network_differs_from_git(trainops, tmp_path, h
 def test_emit_job_prints_a_preflight_job_without_sync_hooks(trainops):
     run = trainops("preflight", OVERLAY, "--emit-job", "--name", "pf-drill")
     assert run.code == 0, run.err
-    assert "name: pf-drill" in run.out and "trainer.preflight" in run.out
+    # The fabric acceptance test: nccl-tests under the cluster's MPIJob.
+    assert "name: pf-drill" in run.out and "- trainer-acceptance" in run.out
     assert "argocd.argoproj.io/hook" not in run.out
     assert "NCCL_IB_TIMEOUT" in run.out  # the cluster's fabric settings come along
 

@@ -11,28 +11,28 @@ import pytest
 
 from tests.trainer.conftest import RUN_LIMIT, launch, trainer_env, unused_port
 from trainer.config import MetricsConfig
-from trainer.metrics import Metrics, peak_flops_for
+from trainer.metrics import Identity, Metrics, peak_flops_for
 from trainer.preflight import bus_bandwidth
 
 
 def test_prometheus_endpoint_serves_the_latest_step(tmp_path, capsys):
-    metrics = Metrics(
-        MetricsConfig(port=unused_port(), file=tmp_path / "m.jsonl"), rank=0, labels={"job": "demo"}
-    )
+    identity = Identity("demo", rank=0, local_rank=0, node_rank=0)
+    metrics = Metrics(MetricsConfig(port=unused_port(), file=tmp_path / "m.jsonl"), identity)
     try:
         metrics.emit("step", step=7, loss=float("nan"), ettr=0.9, mfu=None)
         body = urllib.request.urlopen(f"http://127.0.0.1:{metrics.port}/metrics").read().decode()
     finally:
         metrics.close()
-    assert 'trainer_step{job="demo"} 7.0' in body
-    assert 'trainer_ettr{job="demo"} 0.9' in body
+    labels = 'node_rank="0",rank="0",training_job="demo"'
+    assert f"trainer_step{{{labels}}} 7.0" in body
+    assert f"trainer_ettr{{{labels}}} 0.9" in body
     line = json.loads(capsys.readouterr().out)
     assert line["loss"] == "nan"  # JSON has no NaN
     assert json.loads((tmp_path / "m.jsonl").read_text()) == line
 
 
 def test_other_ranks_emit_nothing(capsys):
-    Metrics(MetricsConfig(port=0), rank=1).emit("step", step=1)
+    Metrics(MetricsConfig(port=0), Identity("demo", 1, 1, 0)).emit("step", step=1)
     assert capsys.readouterr().out == ""
 
 

@@ -57,6 +57,7 @@ def cli_reference() -> str:
 
 def profile_table() -> str:
     from trainops.profile.model import FIELD_DOCS, REQUIRED, ClusterProfile
+    from trainops.profile.observability_settings import SECTIONS
 
     defaults = ClusterProfile(name="x", fabric="tcp", gpusPerNode=1, nodes=1, image="i:1")
     rows = ["| Key | Required | Default | Meaning |", "|---|---|---|---|"]
@@ -65,6 +66,11 @@ def profile_table() -> str:
         derived = key in REQUIRED or default in ("", None, [], {}, 0)
         shown = "" if derived else f"`{default}`"
         rows.append(f"| `{key}` | {'yes' if key in REQUIRED else ''} | {shown} | {doc} |")
+        for sub, (_, sub_default, sub_doc) in SECTIONS.get(key, {}).items():
+            if isinstance(sub_default, bool):
+                sub_default = str(sub_default).lower()
+            sub_shown = "" if sub_default is None else f"`{sub_default}`"
+            rows.append(f"| `{key}.{sub}` |  | {sub_shown} | {sub_doc} |")
     return "\n".join(rows)
 
 

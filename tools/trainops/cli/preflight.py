@@ -37,9 +37,11 @@ PREFLIGHT_TEMPLATE = Path("training") / "preflight"
 @click.option(
     "--emit-job",
     is_flag=True,
-    help="Print the in-cluster preflight job instead of checking: it lists each pod's "
-    "interfaces and RDMA devices, all-reduces with the trainer image and checks the NCCL "
-    "transport (kubectl create -f -, or let Argo CD run it after a sync).",
+    help="Print the in-cluster preflight job instead of checking: the fabric acceptance "
+    "test (nccl-tests all_reduce_perf across the profile's preflight.nodes, every pair of "
+    "them with preflight.mode pairwise, against preflight.busbwFloor) where the cluster "
+    "runs MPIJobs, else the trainer's all-reduce and NCCL transport check. Pipe it to "
+    "kubectl create -f -; read the launcher's log with `trainops doctor nccl-tests -`.",
 )
 @click.option("--name", help="Job name for --emit-job [default: nccl-preflight-<UTC time>].")
 def preflight(overlay, context, recording, save_recording, fmt, emit_job, name):
@@ -99,9 +101,11 @@ def _job_yaml(renderer, overlay: Path, name: str | None) -> str:
     if kustomization_file(template) is None:
         raise InputError(f"the overlay has no {PREFLIGHT_TEMPLATE} job template", str(overlay))
     [result] = renderer.render([Target("kustomization", str(template))])
-    jobs = [d for d in result.documents if d.kind in ("PyTorchJob", "TrainJob")]
+    jobs = [d for d in result.documents if d.kind in ("MPIJob", "PyTorchJob", "TrainJob")]
     if not jobs:
-        raise InputError(f"{PREFLIGHT_TEMPLATE} renders no PyTorchJob or TrainJob", str(overlay))
+        raise InputError(
+            f"{PREFLIGHT_TEMPLATE} renders no MPIJob, PyTorchJob or TrainJob", str(overlay)
+        )
     job = jobs[0].obj
     job["metadata"]["name"] = name or time.strftime("nccl-preflight-%Y%m%d%H%M%S", time.gmtime())
     annotations = job["metadata"].get("annotations") or {}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainops.errors import InputError
+from trainops.profile import observability_settings
 from trainops.yamlio import load_yaml_mapping, locate
 
 API_VERSION = "trainops.dev/v1alpha1"
@@ -71,6 +72,9 @@ class ClusterProfile:
     # default: mpi-operator with Kueue (it queues only v2beta1), training-operator with
     # trainer v1 or both, else none
     mpiOperator: str = ""
+    alerts: dict[str, Any] = field(default_factory=dict)
+    preflight: dict[str, Any] = field(default_factory=dict)
+    gpuHealth: dict[str, Any] = field(default_factory=dict)
 
     @property
     def rdma(self) -> bool:
@@ -151,6 +155,7 @@ FIELD_DOCS = {
     "(MPI Operator v2, kubeflow.org/v2beta1) or none (default: mpi-operator with Kueue, "
     "which queues only v2beta1 MPIJobs; training-operator where trainer includes v1; else "
     "none)",
+    **observability_settings.SECTION_DOCS,
 }
 
 FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -180,6 +185,9 @@ FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "nccl": dict,
     "trainer": str,
     "mpiOperator": str,
+    "alerts": dict,
+    "preflight": dict,
+    "gpuHealth": dict,
 }
 REQUIRED = ("fabric", "gpusPerNode", "nodes", "image", "storageClass")
 
@@ -340,6 +348,7 @@ def _check(p: ClusterProfile, fail) -> None:
             f"{shm} must stay below memoryPerPod ({memory}): /dev/shm "
             "counts against the pod's memory limit",
         )
+    observability_settings.parse(p.alerts, p.preflight, p.gpuHealth, p.fabric, p.nodes, fail)
     for key, value in p.nccl.items():
         if not _NCCL_NAME.match(str(key)):
             raise fail(f"nccl.{key}", "NCCL variables are named NCCL_*")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from trainops.profile import observability
 from trainops.profile.model import ClusterProfile, quantity_bytes
 from trainops.yamlio import dump
 
@@ -56,9 +57,12 @@ def generate(profile: ClusterProfile) -> dict[str, str]:
             )
         files["training/runtimes/kustomization.yaml"] = _runtimes_kustomization(profile)
     for template, base in templates(profile).items():
+        if f"training/{template}" == observability.PREFLIGHT:
+            continue  # observability.generate writes it, sized by the profile
         files[f"training/{template}/kustomization.yaml"] = _template_kustomization(
             profile, template, base
         )
+    files.update(observability.generate(profile))
     return files
 
 
@@ -74,8 +78,8 @@ def templates(p: ClusterProfile) -> dict[str, str]:
         out["trainjob"] = "trainjob"
         if p.uses_mpi:
             out["trainjob-mpi"] = "trainjob-mpi"
-    # The NCCL preflight runs on the v1 path where there is one.
-    out["preflight"] = "preflight" if p.trainer_v1 else "preflight-trainjob"
+    # The fabric acceptance test: nccl-tests under MPI where the cluster has it.
+    out["preflight"] = observability.preflight_base(p)
     return out
 
 
@@ -154,6 +158,7 @@ def _platform_kustomization(p: ClusterProfile) -> str:
         resources.append(f"{BASE}/training/queues/{p.scheduler}")
     if p.trainer_v2:
         resources.append("training/runtimes")
+    resources.append(observability.DIRECTORY)
     components = [f"{BASE}/components/scheduler/{p.scheduler}"]
     patches: list[dict[str, Any]] = [
         {"path": "platform/network.yaml"},
@@ -333,7 +338,12 @@ def gpu_operator_values(p: ClusterProfile) -> dict[str, Any]:
         "driver": driver,
         # A ServiceMonitor needs the Prometheus Operator's CRD: without it the
         # ClusterPolicy never gets ready. Enable it where that operator runs.
-        "dcgmExporter": {"serviceMonitor": {"enabled": False}},
+        # The platform's PodMonitor (base/monitoring) scrapes it instead; the counters
+        # add ECC and throttling for the alerts.
+        "dcgmExporter": {
+            "serviceMonitor": {"enabled": False},
+            "config": observability.dcgm_exporter_config(),
+        },
         "validator": {"plugin": {"env": [{"name": "WITH_WORKLOAD", "value": "false"}]}},
     }
 

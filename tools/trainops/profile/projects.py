@@ -51,7 +51,10 @@ PLATFORM_NAMESPACED_KINDS = (
     ("apps", "DaemonSet"),
     ("k8s.cni.cncf.io", "NetworkAttachmentDefinition"),
     ("kueue.x-k8s.io", "LocalQueue"),
-    ("monitoring.coreos.com", "ServiceMonitor"),
+    ("monitoring.coreos.com", "PodMonitor"),
+    ("monitoring.coreos.com", "PrometheusRule"),
+    # The GPU health check (monitoring/).
+    ("batch", "CronJob"),
 )
 ADDON_CLUSTER_KINDS = (
     ("", "Namespace"),

@@ -310,7 +310,8 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         metavar="KIND@STEP[:rank=R]",
         help="chaos testing: sigkill, sigterm, nan, hang, exception, watchdog "
         "(fire the watchdog now) or nospace (the checkpoint of that step finds the volume "
-        "full) at a step, once per job; repeatable",
+        "full) at a step, once per job; slow (a straggler: every step from then on takes "
+        "0.2 s longer); repeatable",
     )
 
     metrics = parser.add_argument_group("metrics")

@@ -17,7 +17,7 @@ LR_SCHEDULES = ("cosine", "constant")
 CHECKPOINT_MODES = ("async", "sync")
 CHECKPOINT_VERIFY = ("crc32", "size")
 TRANSPORTS = ("ib", "socket")
-FAULT_KINDS = ("sigkill", "sigterm", "nan", "hang", "exception", "watchdog", "nospace")
+FAULT_KINDS = ("sigkill", "sigterm", "nan", "hang", "exception", "watchdog", "nospace", "slow")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ instead of crashing again at the same step.
     nospace@S   the checkpoint of step S: DCP's writer fails with ENOSPC, as on a full
                 volume, inside DCP's own write path (so DCP reports it as it would a
                 real one)
+    slow@S      from step S on, every step of the rank takes SLOW_SECONDS longer before
+                its forward pass: a straggler drill (fires every step, not once)
 
 With `watchdog@S` the order in which ranks notice a hang is chosen, not left to
 the scheduler: the hang report must name the stuck rank in either order.
@@ -45,6 +47,8 @@ class InjectedFault(RuntimeError):
 
 # How often a rank looks for the markers of the hangs it waits for.
 _MARKER_POLL_SECONDS = 0.05
+# What `slow@S` adds to each step: far above a small model's step, so the node stands out.
+SLOW_SECONDS = 0.2
 
 
 class FaultInjector:
@@ -64,6 +68,8 @@ class FaultInjector:
             (f.step, f.rank) for f in faults if f.kind == "hang" and f.rank not in (None, rank)
         }
         self._fired: set[Fault] = set()
+        slow = [f.step for f in self.faults if f.kind == "slow"]
+        self._slow_from = min(slow) if slow else None
 
     def _claim(self, kind: str, step: int) -> Fault | None:
         for fault in self.faults:
@@ -89,6 +95,8 @@ class FaultInjector:
             threading.Event().wait()
         if self._claim("exception", step):
             raise InjectedFault(f"injected exception at step {step}")
+        if self._slow_from is not None and step >= self._slow_from:
+            time.sleep(SLOW_SECONDS)
         return self._claim("nan", step) is not None
 
     def in_gradient_all_reduce(self, step: int) -> None:

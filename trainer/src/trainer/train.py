@@ -44,7 +44,7 @@ from trainer.failures import NCCL_FAULT, PEER_LOST, classify_exception
 from trainer.faults import FaultInjector
 from trainer.guard import NonFiniteGuard, Verdict
 from trainer.hangreport import HangReport
-from trainer.metrics import Metrics, peak_flops_for
+from trainer.metrics import DeviceClock, Identity, Metrics, node_times, peak_flops_for
 from trainer.models import build_model, loss_fn, training_flops_per_sample
 from trainer.termination import TerminationHandler
 from trainer.watchdog import Watchdog
@@ -143,8 +143,9 @@ class Trainer:
             if config.checkpoint.resume:
                 self.resumed_from = self._restore()
 
+        transport_kind = "gloo" if topo.backend == "gloo" else "unchecked"
         if nccl_log is not None:
-            transport.confirm(nccl_log, config.transport, topo)
+            transport_kind = transport.confirm(nccl_log, config.transport, topo) or transport_kind
 
         self.guard = NonFiniteGuard(config.guard)
         marker_dir = config.checkpoint.directory
@@ -157,7 +158,12 @@ class Trainer:
         if peak is None and self.device.type == "cuda":
             peak = peak_flops_for(torch.cuda.get_device_name(self.device))
         self.peak_flops = peak
-        self.metrics = Metrics(config.metrics, self.rank)
+        self.identity = Identity.from_env(
+            self.rank, topo.local_rank, os.environ, config.checkpoint.directory
+        )
+        self.metrics = Metrics(config.metrics, self.identity)
+        self.clock = DeviceClock(self.device.type == "cuda")
+        self.metrics.info("nccl_transport", transport_kind)
         if config.record_samples is not None:
             config.record_samples.mkdir(parents=True, exist_ok=True)
             path = config.record_samples / f"samples.rank{self.rank}.jsonl"
@@ -269,9 +275,14 @@ class Trainer:
             peak_lr=self.peak_lr,
             dataset_size=len(self.dataset),
             launches=progress.launches,
+            restarts=progress.launches - 1,
             max_steps=config.max_steps,
+            node_rank=self.identity.node_rank,
+            checkpoint_interval_steps=config.checkpoint.interval if self.ckpt else None,
         )
-        window = {"loss": 0.0, "applied": 0, "steps": 0}
+        # Nothing is at risk yet: the state was just loaded, or is the initial one.
+        self.metrics.update(last_checkpoint_timestamp_seconds=time.time())
+        window = self._new_window()
         window_started = time.perf_counter()
         while progress.step < config.max_steps:
             step = progress.step + 1
@@ -281,9 +292,15 @@ class Trainer:
             ids = rank_share(block, self.rank, self.world)
             inputs, targets = self.dataset.batch(ids)
             inputs, targets = inputs.to(self.device), targets.to(self.device)
+            window["data"] += time.perf_counter() - started
             poison = self.faults.during_step(step)
             self.optimizer.zero_grad(set_to_none=True)
+            # This rank's own work: everything before the forward pass, then the forward
+            # pass on the device; no peer is waited for until the backward pass.
+            own = time.perf_counter() - started
+            forward_start = self.clock.mark()
             loss = loss_fn(self.ddp(inputs), targets)
+            forward_end = self.clock.mark()
             if poison:
                 loss = loss * float("nan")
             with self.watchdog.collective("gradient all-reduce"):
@@ -291,7 +308,8 @@ class Trainer:
                 loss.backward()
             max_norm = config.optim.grad_clip or math.inf
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.ddp.parameters(), max_norm))
-            loss_value = float(loss.detach())
+            loss_value = float(loss.detach())  # waits for the device
+            window["work"] += own + self.clock.seconds(forward_start, forward_end)
             verdict = self.guard.judge(step, grad_norm, loss_value)
             if verdict is Verdict.ROLLBACK:
                 self._rollback(step)
@@ -308,6 +326,7 @@ class Trainer:
                 elapsed = time.perf_counter() - started
                 progress.productive_seconds += elapsed
             self._record_samples(step, ids)
+            self.metrics.step(step)
             window["steps"] += 1
             if verdict is Verdict.STEP:
                 window["loss"] += loss_value
@@ -316,7 +335,7 @@ class Trainer:
             if step % config.metrics.log_interval == 0 or step == config.max_steps:
                 now = time.perf_counter()
                 self._log_window(step, window, now - window_started, lr, grad_norm)
-                window = {"loss": 0.0, "applied": 0, "steps": 0}
+                window = self._new_window()
                 window_started = now
             if self.ckpt is not None:
                 if step % config.checkpoint.interval == 0 or step == config.max_steps:
@@ -325,16 +344,36 @@ class Trainer:
                 self.ckpt.poll()
         return self._finish()
 
+    @staticmethod
+    def _new_window() -> dict:
+        return {"loss": 0.0, "applied": 0, "steps": 0, "data": 0.0, "work": 0.0}
+
     def _log_window(
         self, step: int, window: dict, seconds: float, lr: float, grad_norm: float
     ) -> None:
-        totals = torch.tensor(
-            [window["loss"], float(window["applied"])], dtype=torch.float64, device=self.device
-        )
-        with self.watchdog.collective("metrics all-reduce"):
-            dist.all_reduce(totals)
-        loss = (totals[0] / totals[1]).item() if window["applied"] else None
         steps = max(1, window["steps"])
+        # One gather per window carries the loss and every rank's own times: each node
+        # learns the job's median work time without a collective of its own.
+        mine = torch.tensor(
+            [
+                window["loss"],
+                float(window["applied"]),
+                float(self.identity.node_rank),
+                window["work"] / steps,
+                window["data"] / steps,
+            ],
+            dtype=torch.float64,
+            device=self.device,
+        )
+        rows = [torch.empty_like(mine) for _ in range(self.world)]
+        with self.watchdog.collective("metrics all-gather"):
+            dist.all_gather(rows, mine)
+        table = torch.stack(rows).cpu()
+        applied = table[:, 1].sum().item()
+        loss = table[:, 0].sum().item() / applied if applied else None
+        node = node_times(
+            ((int(r[2]), r[3].item(), r[4].item()) for r in table), self.identity.node_rank
+        )
         samples_per_second = self.global_batch * steps / seconds if seconds > 0 else 0.0
         mfu = None
         if self.peak_flops:
@@ -363,6 +402,11 @@ class Trainer:
             rollbacks=self.guard.rollbacks,
             consumed_samples=self.progress.consumed_samples,
             world_size=self.world,
+            data_wait_seconds=node.data_wait_seconds,
+            work_seconds=node.work_seconds,
+            straggler_ratio=node.straggler_ratio,
+            slowest_node=node.slowest_node,
+            slowest_node_ratio=node.slowest_ratio,
         )
 
     def _ettr(self) -> float | None:
@@ -371,12 +415,17 @@ class Trainer:
         return min(1.0, self.progress.productive_seconds / wall) if wall > 0 else None
 
     def _on_checkpoint_saved(self, step: int, seconds: float, blocking: float) -> None:
-        self.metrics.emit(
+        self.metrics.record(
             "checkpoint",
             step=step,
             mode=self.config.checkpoint.mode,
             save_seconds=seconds,
             blocking_seconds=blocking,
+        )
+        self.metrics.update(
+            checkpoint_save_seconds=seconds,
+            checkpoint_blocking_seconds=blocking,
+            last_checkpoint_timestamp_seconds=time.time(),
         )
 
     def _on_checkpoint_failed(self, step: int, reason: str) -> None:

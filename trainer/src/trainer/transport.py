@@ -191,23 +191,24 @@ def verify(log_file: Path, expect: str, expect_gdr: bool) -> TransportEvidence:
     return evidence
 
 
-def confirm(nccl_log: Path, config: TransportConfig, topology) -> None:
+def confirm(nccl_log: Path, config: TransportConfig, topology) -> str | None:
     """After `prepare` and process group setup: run one collective, then check every
-    rank's evidence; all ranks raise together if any rank broke the promise."""
+    rank's evidence; all ranks raise together if any rank broke the promise. Returns
+    the network this rank's NCCL uses (`TransportEvidence.kind`), None without NCCL."""
     import torch
     import torch.distributed as dist
 
     if topology.backend != "nccl":
         log.info("transport check skipped: the %s backend does not use NCCL", topology.backend)
-        return
+        return None
     if config.expect == "ib" and (memlock := check_memlock()):
         log.warning("%s", memlock)
     probe = torch.ones(1, device=topology.device)
     dist.all_reduce(probe)
     torch.cuda.synchronize(topology.device)
-    problem, summary = None, None
+    problem, evidence = None, None
     try:
-        summary = verify(nccl_log, config.expect, config.expect_gdr).summary()
+        evidence = verify(nccl_log, config.expect, config.expect_gdr)
     except TransportError as error:
         problem = str(error)
     problems = [None] * topology.world_size
@@ -216,4 +217,5 @@ def confirm(nccl_log: Path, config: TransportConfig, topology) -> None:
     if bad:
         more = f" (and {len(bad) - 1} more ranks)" if len(bad) > 1 else ""
         raise TransportError(bad[0] + more)
-    log.info("transport as expected (%s): %s", config.expect, summary)
+    log.info("transport as expected (%s): %s", config.expect, evidence.summary())
+    return evidence.kind
