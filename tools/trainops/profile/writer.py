@@ -29,6 +29,7 @@ from trainops.profile.model import (
 )
 from trainops.profile.overlay import generate
 from trainops.profile.projects import render_projects
+from trainops.profile.run_apps import render_run_apps
 from trainops.profile.runs import check_run_name, generate_run
 from trainops.render.discover import display_path
 from trainops.yamlio import dump, load_yaml_mapping
@@ -36,6 +37,7 @@ from trainops.yamlio import dump, load_yaml_mapping
 PROFILE = "cluster.yaml"
 GENERATED_MARK = "# Generated from cluster.yaml by trainops."
 PROJECTS = Path("argocd/projects.yaml")
+RUN_APPS = Path("argocd/applicationsets/runs.yaml")
 
 
 @dataclass
@@ -180,32 +182,34 @@ def plan_set(root: Path, name: str, assignments: list[Assignment]) -> list[FileC
     profile = parse_profile(load_yaml_mapping(new, where), name, where, new)
     changes = [FileChange(path, old, new)] if new != old else []
     changes += plan_overlay(root, name, profile)
-    projects = plan_projects(root, profile)
-    return changes + ([projects] if projects else [])
+    return changes + plan_projects(root, profile)
 
 
-def plan_projects(root: Path, edited: ClusterProfile | None = None) -> FileChange | None:
-    """argocd/projects.yaml for the clusters under overlays/ (`edited` replacing its own)."""
+def plan_projects(root: Path, edited: ClusterProfile | None = None) -> list[FileChange]:
+    """argocd/projects.yaml and the runs ApplicationSets for the clusters under overlays/
+    (`edited` replacing its own profile)."""
     from trainops.config import load_project_config
 
-    path = root / PROJECTS
-    if not path.parent.is_dir():
-        return None
+    if not (root / PROJECTS).parent.is_dir():
+        return []
     profiles = [load_profile(p) for p in sorted((root / "overlays").glob(f"*/{PROFILE}"))]
     if edited is not None:
         profiles = [edited if p.name == edited.name else p for p in profiles]
-    text = render_projects(load_project_config(root).repo_url, profiles)
-    old = path.read_text() if path.is_file() else None
-    return FileChange(path, old, text) if old != text else None
+    repo_url = load_project_config(root).repo_url
+    changes = []
+    for relative, render in ((PROJECTS, render_projects), (RUN_APPS, render_run_apps)):
+        path = root / relative
+        text = render(repo_url, profiles)
+        old = path.read_text() if path.is_file() else None
+        if old != text:
+            changes.append(FileChange(path, old, text))
+    return changes
 
 
 def sync_projects(root: Path) -> WriteResult:
-    """Rewrite argocd/projects.yaml for the clusters under overlays/."""
-    result = WriteResult()
-    change = plan_projects(root)
-    if change is not None:
-        result.merge(apply_changes([change]))
-    return result
+    """Rewrite argocd/projects.yaml and the runs ApplicationSets for the clusters under
+    overlays/."""
+    return apply_changes(plan_projects(root))
 
 
 def write_run(
