@@ -110,7 +110,7 @@ class PolicySet:
     """The compiled policies and bindings of one render, and what they refuse."""
 
     def __init__(self, documents: Iterable[dict[str, Any]]):
-        self.problems: list[str] = []  # policies that cannot be evaluated here
+        self.problems: dict[str, str] = {}  # policy name -> why it cannot be evaluated here
         self._policies: dict[str, _Policy] = {}
         self._namespaces: dict[str, dict[str, Any]] = {}
         self._objects: list[dict[str, Any]] = []
@@ -157,11 +157,11 @@ class PolicySet:
                     )
                 )
         except (KeyError, TypeError) as exc:
-            self.problems.append(f"ValidatingAdmissionPolicy {name}: missing field {exc}")
+            self.problems[name] = f"ValidatingAdmissionPolicy {name}: missing field {exc}"
             return None
         except RuntimeError as exc:
             reason = str(exc).splitlines()[0].removeprefix("INVALID_ARGUMENT: ")
-            self.problems.append(
+            self.problems[name] = (
                 f"ValidatingAdmissionPolicy {name} cannot be compiled here ({reason}); "
                 "it is not evaluated"
             )
@@ -190,7 +190,7 @@ class PolicySet:
             for binding in policy.bindings:
                 bspec = _spec(binding)
                 if "matchResources" in bspec and not _matches(
-                    bspec.get("matchResources"), request, obj, namespace_obj
+                    bspec.get("matchResources"), request, obj, namespace_obj, policy=False
                 ):
                     continue
                 found.extend(
@@ -340,11 +340,14 @@ def _matches(
     request: dict[str, Any],
     obj: dict[str, Any],
     namespace_obj: dict[str, Any] | None,
+    policy: bool = True,
 ) -> bool:
     if not isinstance(constraints, dict):
         return False
     rules = _list(constraints.get("resourceRules"))
-    if not any(_rule_matches(r, request, obj) for r in rules):
+    # A policy matches only the resources its rules name; a binding without rules narrows
+    # nothing ("when resourceRules is unset, it does not constrain resource matching").
+    if (rules or policy) and not any(_rule_matches(r, request, obj) for r in rules):
         return False
     if any(_rule_matches(r, request, obj) for r in _list(constraints.get("excludeResourceRules"))):
         return False

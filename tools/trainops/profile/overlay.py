@@ -511,7 +511,14 @@ def _priority_patches(p: ClusterProfile) -> list[dict[str, Any]]:
     return [{"target": {"group": "kubeflow.org"}, "patch": dump(ops).rstrip("\n")}]
 
 
-def _pod_patch(p: ClusterProfile, container: str, job_label: str = V1_JOB_LABEL) -> dict[str, Any]:
+# Kueue places two pod sets in the same topology domain when they share a group name;
+# a group is exactly two pod sets, one of them a single pod (a PyTorchJob's Master).
+PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
+
+
+def _pod_patch(
+    p: ClusterProfile, container: str, job_label: str = V1_JOB_LABEL, grouped: bool = False
+) -> dict[str, Any]:
     limits: dict[str, Any] = {
         "cpu": str(p.cpuPerPod),
         "memory": p.memoryPerPod,
@@ -541,6 +548,8 @@ def _pod_patch(p: ClusterProfile, container: str, job_label: str = V1_JOB_LABEL)
         # Kueue places the pod set in one domain of the pack level when it fits, else
         # in as few as it can (the next level up, and so on).
         annotations[PREFERRED] = p.topologyKey
+        if grouped:
+            annotations[PODSET_GROUP] = "ranks"
     if annotations:
         template["metadata"] = {"annotations": annotations}
     return {"template": template}
@@ -597,7 +606,9 @@ def _torchrun_patch(p: ClusterProfile, replicas: tuple[str, ...]) -> str:
         "metadata": {"name": "any"},
         "spec": {
             "nprocPerNode": str(p.gpusPerNode),
-            "pytorchReplicaSpecs": {r: _pod_patch(p, "pytorch") for r in replicas},
+            "pytorchReplicaSpecs": {
+                r: _pod_patch(p, "pytorch", grouped=len(replicas) > 1) for r in replicas
+            },
         },
     }
     return _doc(p, doc)

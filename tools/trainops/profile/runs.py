@@ -12,6 +12,7 @@ from typing import Any
 from trainops.errors import InputError
 from trainops.profile.model import ClusterProfile
 from trainops.profile.overlay import templates
+from trainops.profile.run_scope import RunScope, run_path, scope_ops
 from trainops.yamlio import dump
 
 TEMPLATES = {
@@ -53,6 +54,7 @@ def generate_run(
     image: str | None = None,
     args: list[str] | None = None,
     mpi_implementation: str | None = None,
+    scope: RunScope | None = None,
 ) -> str:
     """The run's kustomization.yaml."""
     check_run_name(name)
@@ -118,14 +120,19 @@ def generate_run(
     if profile.scheduler == "volcano" and TEMPLATES[template] != "TrainJob":
         # Gang scheduling: the PodGroup admits the job only when every pod fits.
         ops.append(_replace("/spec/runPolicy/schedulingPolicy/minAvailable", pods))
+    scope = scope or RunScope()
+    ops += scope_ops(profile, template, TEMPLATES[template], scope)
     patch = dump(ops)
     if args is not None:
         patch += _args_ops(containers, args)
+    up = "../" * run_path(scope.team, name).count("/") + "../"
     doc: dict[str, Any] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "resources": [f"../../training/{template}"],
+        "resources": [f"{up}training/{template}"],
     }
+    if scope.team:
+        doc["namespace"] = scope.team
     if image and TEMPLATES[template] != "TrainJob":
         doc["images"] = [_image_override(profile, image)]
     doc["patches"] = [

@@ -224,7 +224,7 @@ def team_documents(
             "automountServiceAccountToken": False,
         },
         _in_namespace(claim, ns),
-        _in_namespace(network, ns),
+        _in_namespace(network, ns, CUSTOM),
         params(p, ns, team),
     ]
     if p.scheduler == "kueue":
@@ -234,8 +234,12 @@ def team_documents(
     return docs
 
 
-def _in_namespace(doc: dict[str, Any], namespace: str) -> dict[str, Any]:
+def _in_namespace(
+    doc: dict[str, Any], namespace: str, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
     metadata = {**doc["metadata"], "namespace": namespace}
+    if annotations:
+        metadata["annotations"] = {**annotations, **metadata.get("annotations", {})}
     return {**doc, "metadata": metadata}
 
 

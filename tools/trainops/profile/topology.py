@@ -16,6 +16,7 @@ node) is always the innermost. From this come:
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 TAS_ANNOTATIONS = (REQUIRED, PREFERRED)
 MODES = ("required", "preferred")
+CAPACITY = "trainops.dev/nodes-per-domain"
 _LABEL = re.compile(
     r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z"
@@ -90,6 +92,7 @@ def volcano_tier(levels: list[Level], label: str) -> int:
 
 
 def kueue_topology(name: str, levels: list[Level]) -> dict[str, Any]:
+    capacity = {lvl.label: lvl.nodes for lvl in levels}
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "Topology",
@@ -98,6 +101,8 @@ def kueue_topology(name: str, levels: list[Level]) -> dict[str, Any]:
             "annotations": {
                 "argocd.argoproj.io/sync-wave": "-1",
                 "argocd.argoproj.io/sync-options": "SkipDryRunOnMissingResource=true",
+                # For `trainops validate`: how many nodes one domain of each level holds.
+                CAPACITY: json.dumps(capacity, separators=(",", ":")),
             },
         },
         "spec": {"levels": [{"nodeLabel": lvl.label} for lvl in levels]},

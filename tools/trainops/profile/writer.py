@@ -30,6 +30,7 @@ from trainops.profile.model import (
 from trainops.profile.overlay import generate
 from trainops.profile.projects import render_projects
 from trainops.profile.run_apps import render_run_apps
+from trainops.profile.run_scope import RunScope, run_path
 from trainops.profile.runs import check_run_name, generate_run
 from trainops.render.discover import display_path
 from trainops.yamlio import dump, load_yaml_mapping
@@ -222,14 +223,15 @@ def write_run(
     args: list[str] | None,
     force: bool,
     mpi_implementation: str | None = None,
+    scope: RunScope | None = None,
 ) -> WriteResult:
     check_run_name(run)
     overlay = root / "overlays" / cluster
     if not (overlay / PROFILE).is_file():
         raise InputError(f"no cluster {cluster!r}: overlays/{cluster}/{PROFILE} does not exist")
     profile = load_profile(overlay / PROFILE)
-    text = generate_run(profile, run, template, nodes, image, args, mpi_implementation)
-    path = overlay / "runs" / run / "kustomization.yaml"
+    text = generate_run(profile, run, template, nodes, image, args, mpi_implementation, scope)
+    path = overlay / run_path(scope.team if scope else None, run) / "kustomization.yaml"
     if path.exists() and path.read_text() != text and not force:
         raise InputError(
             f"run {run} already exists with other settings; runs are immutable once "
