@@ -134,7 +134,7 @@ def test_intel_mpi_run_gets_hydra_mpirun_and_needs_its_own_image(trainops, works
     refused = trainops(*args, cwd=workspace)
     assert refused.code == 2 and "ships Open MPI; give --image" in refused.err
     assert status(workspace) == ""
-    run = trainops(*args, "--image", "registry.example.com/intel-trainer:2025.1", cwd=workspace)
+    run = trainops(*args, "--image", "ghcr.io/example-org/intel-trainer:2025.1", cwd=workspace)
     assert run.code == 0, run.err
     validate_clean(trainops, workspace, "overlays/prod-b200/runs/intel-1")
     rendered = trainops(
@@ -145,7 +145,7 @@ def test_intel_mpi_run_gets_hydra_mpirun_and_needs_its_own_image(trainops, works
     launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     assert spec["mpiImplementation"] == "Intel"
     assert launcher["command"] == ["mpirun", "python", "-m", "trainer"]  # no Open MPI -x
-    assert launcher["image"] == "registry.example.com/intel-trainer:2025.1"
+    assert launcher["image"] == "ghcr.io/example-org/intel-trainer:2025.1"
 
 
 def test_mpi_implementation_needs_an_mpi_operator_cluster(trainops, workspace):
@@ -326,7 +326,7 @@ def _readme_commands(readme: str) -> list[list[str]]:
     commands = []
     for block in re.findall(r"```sh\n(.*?)```", readme, re.DOTALL):
         for command in block.replace("\\\n", " ").splitlines():
-            words = shlex.split(command)
+            words = shlex.split(command, comments=True)
             if words and words[0].endswith("bin/trainops") and words[1] in README_FLOW:
                 commands.append(words[1:])
     return commands

@@ -235,7 +235,7 @@ def deployment(obj: dict[str, Any]) -> Iterator[Error]:
                 (*where, "maxUnavailable"),
                 invalid(unavailable, "may not be 0 when `maxSurge` is 0"),
             )
-    elif kind != "RollingUpdate":
+    elif kind != "Recreate":
         yield (*at, "strategy", "type"), not_supported(kind, ("Recreate", "RollingUpdate"))
     deadline = _int(spec.get("progressDeadlineSeconds"))
     ready = _int(spec.get("minReadySeconds")) or 0

@@ -163,8 +163,14 @@ FIELD_DOCS = {
     "(ib-sriov-cni alone ignores it)",
     "gpudirect": "GPUDirect RDMA: dmabuf (open kernel modules), peermem (legacy, host "
     "MOFED) or none",
+    "rdmaProvider": "who installs the RDMA stack: network-operator (NicClusterPolicy), "
+    "sriov-network-operator (VFs and their device plugin) or preinstalled (the hosts)",
+    "ofed": "RDMA driver: inbox (the kernel's), host (MOFED on the hosts) or driver-container "
+    "(the Network Operator's); default host with peermem, else inbox",
     "gpusPerNode": "GPUs per node; each pod takes a whole node",
     "nodes": "GPU nodes available to training (sizes queues and defaults)",
+    "spareNodes": "nodes kept out of every quota, free to replace a failed node at once "
+    "(`trainops plan` says how many a run needs)",
     "gpuProduct": "value of the nvidia.com/gpu.product node label training pods require",
     "topologyKey": "node label naming the network locality domain (rack)",
     "placement": "pack (default): keep a job's pods in one locality domain (topologyKey); "
@@ -176,10 +182,23 @@ FIELD_DOCS = {
     "checkpointSize": "size of the shared checkpoint volume",
     "scheduler": "default, kueue (queueing, quota) or volcano (gang scheduling)",
     "queue": "Kueue LocalQueue or Volcano Queue name",
+    "podsReadyTimeout": "Kueue waitForPodsReady: time for an admitted job's pods to all run "
+    "before it is evicted and requeued (all-or-nothing)",
+    "requeueBackoffSeconds": "first wait before an evicted job is requeued (doubles each time)",
+    "requeueBackoffMaxSeconds": "longest wait between requeues",
+    "priorities": "run priorities, name: value (default urgent 10000, standard 1000, "
+    "best-effort 100); higher preempts lower",
+    "teams": "tenants: [{name, gpus, borrowingLimit, lendingLimit, priorities, weight}]; each "
+    "gets a namespace, a queue in the cluster's cohort and an Argo CD project (quotas in GPUs, "
+    "whole nodes)",
     "image": "trainer image, pinned by tag or digest",
+    "registries": "image prefixes runs may pull from (default: the trainer image's repository "
+    "owner)",
     "cpuPerPod": "CPU cores each training pod requests (default: 12 per GPU)",
     "memoryPerPod": "memory each training pod requests (default: 96Gi per GPU)",
     "shmSize": "size of /dev/shm (memory-backed) in each pod (default: 8Gi per GPU)",
+    "failureRates": "failures per 1000 GPU-hours by class, for `trainops plan` (default: the "
+    "Llama 3 fleet data, docs/runbook.md#planning)",
     "nccl": "extra NCCL_* variables for this cluster (name: value)",
     "trainer": "Kubeflow training API: v1 (Training Operator, PyTorchJob), v2 (Trainer v2, "
     "TrainJob on ClusterTrainingRuntimes) or both",
@@ -187,25 +206,6 @@ FIELD_DOCS = {
     "(MPI Operator v2, kubeflow.org/v2beta1) or none (default: mpi-operator with Kueue, "
     "which queues only v2beta1 MPIJobs; training-operator where trainer includes v1; else "
     "none)",
-    "spareNodes": "nodes kept out of every quota, free to replace a failed node at once "
-    "(`trainops plan` says how many a run needs)",
-    "teams": "tenants: [{name, gpus, borrowingLimit, lendingLimit, priorities, weight}]; each "
-    "gets a namespace, a queue in the cluster's cohort and an Argo CD project (quotas in GPUs, "
-    "whole nodes)",
-    "priorities": "run priorities, name: value (default urgent 10000, standard 1000, "
-    "best-effort 100); higher preempts lower",
-    "podsReadyTimeout": "Kueue waitForPodsReady: time for an admitted job's pods to all run "
-    "before it is evicted and requeued (all-or-nothing)",
-    "requeueBackoffSeconds": "first wait before an evicted job is requeued (doubles each time)",
-    "requeueBackoffMaxSeconds": "longest wait between requeues",
-    "rdmaProvider": "who installs the RDMA stack: network-operator (NicClusterPolicy), "
-    "sriov-network-operator (VFs and their device plugin) or preinstalled (the hosts)",
-    "ofed": "RDMA driver: inbox (the kernel's), host (MOFED on the hosts) or driver-container "
-    "(the Network Operator's); default host with peermem, else inbox",
-    "registries": "image prefixes runs may pull from (default: the trainer image's repository "
-    "owner)",
-    "failureRates": "failures per 1000 GPU-hours by class, for `trainops plan` (default: the "
-    "Llama 3 fleet data, docs/runbook.md#planning)",
 }
 
 FIELD_TYPES: dict[str, type | tuple[type, ...]] = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trainops.profile import admission, schedulers, tenancy
+from trainops.profile import admission, fabric, schedulers, tenancy
 from trainops.profile.generated import generated_file
 from trainops.profile.model import ClusterProfile
 from trainops.profile.topology import HOSTNAME, PREFERRED, kueue_topology, volcano_tier
@@ -47,6 +47,10 @@ def generate(profile: ClusterProfile) -> dict[str, str]:
         files["platform/teams.yaml"] = _teams(profile)
     if profile.topology and profile.scheduler == "kueue":
         files["platform/topology.yaml"] = _topology(profile)
+    if fabric.documents(profile):
+        files["platform/fabric.yaml"] = _fabric(profile)
+    if fabric.resource_prefix_patch(profile):
+        files["platform/sriov-operator.yaml"] = _doc(profile, fabric.resource_prefix_patch(profile))
     files["training/cluster/kustomization.yaml"] = _cluster_component(profile)
     if profile.trainer_v1:
         files["training/cluster/torchrun.yaml"] = _torchrun_patch(profile, ("Master", "Worker"))
@@ -128,6 +132,9 @@ OPERATOR_NAMESPACES = {
     "mpi-operator": "mpi-operator",
     "trainer": "kubeflow-system",
     "jobset": "jobset-system",
+    "network-operator": fabric.NETWORK_OPERATOR_NAMESPACE,
+    "sriov-network-operator": fabric.SRIOV_NAMESPACE,
+    "whereabouts": "kube-system",
 }
 
 
@@ -143,7 +150,7 @@ def operators(p: ClusterProfile) -> list[str]:
         names.append("mpi-operator")
     if p.trainer_v2:
         names += ["trainer", "jobset"]
-    return [*names, "multus"]
+    return [*names, "multus", *fabric.operators(p)]
 
 
 def platform_namespaces(p: ClusterProfile) -> list[str]:
@@ -166,6 +173,8 @@ def _platform_kustomization(p: ClusterProfile) -> str:
     if p.topology and p.scheduler == "kueue":
         resources.append("platform/topology.yaml")
     resources.append("platform/admission.yaml")
+    if fabric.documents(p):
+        resources.append("platform/fabric.yaml")
     if p.trainer_v2:
         resources.append("training/runtimes")
     components = [f"{BASE}/components/scheduler/{p.scheduler}"]
@@ -174,6 +183,8 @@ def _platform_kustomization(p: ClusterProfile) -> str:
         {"path": "platform/storage.yaml"},
         _tenant_label(),
     ]
+    if fabric.resource_prefix_patch(p):
+        patches.append({"path": "platform/sriov-operator.yaml"})
     if p.scheduler != "default":
         patches.append({"path": "platform/queue.yaml"})
         if p.topology and p.scheduler == "kueue":
@@ -327,6 +338,14 @@ def _teams(p: ClusterProfile) -> str:
     names = ", ".join(t.name for t in p.teams)
     comment = f"# The teams sharing cluster {p.name} ({names}): namespace, queue, claim, network.\n"
     return _doc(p, *docs, comment=comment)
+
+
+def _fabric(p: ClusterProfile) -> str:
+    comment = (
+        f"# The RDMA fabric's configuration for the {p.rdmaProvider} (trainops.profile.fabric):\n"
+        f"# the device plugin advertises {p.rdmaResource}, which every training pod requests.\n"
+    )
+    return _doc(p, *fabric.documents(p), comment=comment)
 
 
 def _topology(p: ClusterProfile) -> str:

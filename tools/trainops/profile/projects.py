@@ -46,6 +46,7 @@ PLATFORM_CLUSTER_KINDS = (
     ("kueue.x-k8s.io", "WorkloadPriorityClass"),
     ("scheduling.k8s.io", "PriorityClass"),
     ("scheduling.volcano.sh", "Queue"),
+    ("mellanox.com", "NicClusterPolicy"),
 )
 PLATFORM_NAMESPACED_KINDS = (
     ("", "ConfigMap"),
@@ -60,6 +61,8 @@ PLATFORM_NAMESPACED_KINDS = (
     ("k8s.cni.cncf.io", "NetworkAttachmentDefinition"),
     ("kueue.x-k8s.io", "LocalQueue"),
     ("monitoring.coreos.com", "ServiceMonitor"),
+    ("sriovnetwork.openshift.io", "SriovNetworkNodePolicy"),
+    ("sriovnetwork.openshift.io", "SriovOperatorConfig"),
 )
 ADDON_CLUSTER_KINDS = (
     ("", "Namespace"),
