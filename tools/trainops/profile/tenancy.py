@@ -140,7 +140,8 @@ def platform_queue(p: ClusterProfile) -> dict[str, Any]:
 
 
 def platform_queue_comment(p: ClusterProfile) -> str:
-    spares = f", {p.spareNodes} spare nodes kept out" if p.spareNodes else ""
+    plural = "s" if p.spareNodes > 1 else ""
+    spares = f", {p.spareNodes} spare node{plural} kept out" if p.spareNodes else ""
     if not p.teams:
         return f"# Quota: {p.usable_nodes} nodes x {p.gpusPerNode} GPUs{spares}.\n"
     return (
