@@ -126,7 +126,9 @@ def volcano_scheduler_config(p: ClusterProfile) -> dict[str, Any]:
 
 
 def volcano_values(p: ClusterProfile) -> dict[str, Any]:
+    # The chart inserts the scheduler's override as text but the controller's through
+    # toYaml (templates/scheduler.yaml, controllers.yaml): one a string, the other a map.
     custom: dict[str, Any] = {"scheduler_config_override": dump(volcano_scheduler_config(p))}
     if p.topology:
-        custom["controller_config_override"] = dump(volcano_discovery(p.topology))
+        custom["controller_config_override"] = volcano_discovery(p.topology)
     return {"custom": custom}
