@@ -319,3 +319,20 @@ def test_team_flags_are_checked_before_anything_is_written(trainops, shared):
         assert run.code == 2 and message in run.err, run.err
         assert re.match(r"^trainops: error: ", run.err) and run.err.count("\n") == 1
     assert not list(shared.glob("overlays/gpu-east/**/never-0412"))
+
+
+def test_diff_warns_that_an_edited_team_run_is_not_updated(trainops, shared):
+    run = shared / "overlays/gpu-east/teams/nlp/runs/bert-0412/kustomization.yaml"
+    original = run.read_text()
+    run.write_text(original.replace("value: 2\n", "value: 3\n", 1))
+    try:
+        result = trainops("diff", "--format", "json", cwd=shared)
+    finally:
+        run.write_text(original)
+    assert result.code == 0, result.err
+    [changed] = [
+        r
+        for r in json.loads(result.out)["resources"]
+        if r["app"] == "overlays/gpu-east/teams/nlp/runs/bert-0412"
+    ]
+    assert any("run bert-0412 already exists" in w for w in changed["warnings"])
