@@ -136,7 +136,8 @@ def host_local_ipam(doc: Document, ctx: Context) -> Iterator[Violation]:
     severity=WARNING,
     title="Training networks do not share address ranges",
     why="Two networks with overlapping ranges give pods duplicate or unroutable addresses and "
-    "make NCCL bootstrap pick the wrong route.",
+    "make NCCL bootstrap pick the wrong route. (The same range under whereabouts in several "
+    "namespaces is one network: whereabouts keeps one pool per range and network_name.)",
     fix="Give each NetworkAttachmentDefinition its own range.",
     kinds=("NetworkAttachmentDefinition",),
 )
@@ -144,10 +145,24 @@ def ipam_overlap(doc: Document, ctx: Context) -> Iterator[Violation]:
     ranges = ctx.memo("nad-ranges", lambda: _ranges(ctx.of_kind("NetworkAttachmentDefinition")))
     for net in _networks(doc):
         for theirs, other in _overlapping(ranges, net):
-            if other.resource_id != doc.resource_id:
+            if other.resource_id != doc.resource_id and not _one_pool(doc, other, net, theirs):
                 yield Violation(
                     f"range {net} overlaps {theirs} of {other.resource_id}", ("spec", "config")
                 )
+
+
+def _one_pool(doc: Document, other: Document, net, theirs) -> bool:
+    """Whereabouts names its IP pool after the range (and network_name): NADs that share
+    both hand out addresses from one pool, never the same one twice."""
+    return net == theirs and _whereabouts_pool(doc) == _whereabouts_pool(other) is not None
+
+
+def _whereabouts_pool(doc: Document) -> str | None:
+    cni, _ = multus.config(doc.obj)
+    section = multus.ipam(cni) if cni else None
+    if not section or section.get("type") != "whereabouts":
+        return None
+    return str(section.get("network_name") or "")
 
 
 def _ranges(nads: list[Document]) -> dict[int, list]:

@@ -8,7 +8,9 @@ import math
 
 import pytest
 
-from trainops.plan import PlanInputs, make_plan, parse_amount
+from trainops.planning.estimate import PlanInputs, make_plan, parse_amount
+from trainops.planning.failures import LLAMA3, FailureClass, FailureModel
+from trainops.planning.spares import poisson_cdf, spares_needed
 
 
 def plan_json(trainops, *args: str) -> dict:
@@ -75,7 +77,7 @@ def test_young_daly_interval_ettr_and_restart_budget_by_hand():
         checkpoint_bytes=600e9,
         storage_gbytes_per_s=10,
         restart_seconds=600,
-        failure_rates={"everything": 1.0},
+        failures=FailureModel("test", "by hand", (FailureClass("all", 1.0, True, "all"),)),
     )
     r = make_plan(p).reliability
     assert r["mtbf_hours"] == pytest.approx(1.0)
@@ -91,11 +93,71 @@ def test_young_daly_interval_ettr_and_restart_budget_by_hand():
     assert r["restart_budget"] == max(3, math.ceil(2 * failures))
 
 
-def test_the_reference_failure_table_is_the_default(trainops):
+def test_the_default_failure_rates_are_the_llama_3_record_with_its_source(trainops):
     result = plan_json(trainops, "--flops", "1e21", "--gpus", "100", "--gpu", "H100-SXM")
-    rates = result["reliability"]["failure_rates_per_1000_gpu_hours"]
-    assert rates["gpu-off-bus-xid79"] == 0.75 and rates["oom-kill"] == 2.0
-    assert result["reliability"]["failures_per_hour"] == pytest.approx(100 * 6.875 / 1000)
+    model = result["reliability"]["failure_model"]
+    assert model["name"] == "llama3" and "arXiv:2407.21783" in model["source"]
+    counts = {c["name"]: c for c in model["classes"]}
+    # Table 5: 466 interruptions in 54 days on 16,384 GPUs, by class.
+    gpu_hours = 16384 * 54 * 24
+    assert counts["gpu"]["per_1000_gpu_hours"] == pytest.approx(268 / gpu_hours * 1000)
+    assert "faulty GPU 148" in counts["gpu"]["counts"]
+    assert sum(c["per_1000_gpu_hours"] for c in counts.values()) == pytest.approx(
+        466 / gpu_hours * 1000
+    )
+    assert result["reliability"]["failures_per_hour"] == pytest.approx(100 * 466 / gpu_hours)
+
+
+def test_a_1024_gpu_run_gets_an_ettr_and_a_spare_count_with_the_sources_of_its_rates(trainops):
+    """The issue's case: the reference table gave "MTBF 8.5 min, ETTR 0%" here."""
+    args = ["--params", "70B", "--tokens", "2T", "--gpus", "1024", "--gpu", "H100-SXM"]
+    result = plan_json(trainops, *args, "--storage-bandwidth", "40")
+    r = result["reliability"]
+    mtbf = 3600 / (1024 * LLAMA3.rate / 1000)
+    assert r["mtbf_hours"] * 3600 == pytest.approx(mtbf)  # about 44.5 hours
+    write = 70e9 * 14 / 40e9
+    interval = math.sqrt(2 * write * mtbf)
+    ettr = 1 - write / interval - (interval / 2 + 600) / mtbf
+    assert r["expected_ettr"] == pytest.approx(ettr)
+    assert 0.95 < ettr < 0.99
+    spares = r["spares"]
+    node_failures = 1024 * LLAMA3.node_rate / 1000
+    mean = node_failures * 72
+    assert spares["nodes_out_mean"] == pytest.approx(mean)
+    # The fewest spares s with ETTR x P(Poisson(mean) <= s) >= 90%, by hand.
+    needed = next(s for s in range(20) if ettr * poisson_cdf(s, mean) >= 0.9)
+    assert spares["needed"] == needed == 3
+    assert ettr * poisson_cdf(needed - 1, mean) < 0.9
+    text = trainops("plan", *args, "--storage-bandwidth", "40").out
+    assert "arXiv:2407.21783" in text and "spare nodes needed         3" in text
+    assert "faulty GPU 148" in text
+
+
+def test_spares_cannot_lift_a_run_whose_own_ettr_misses_the_target():
+    plan = spares_needed(0.1, 72, run_ettr=0.85, target=0.9)
+    assert plan.needed is None
+    assert spares_needed(0.0, 72, run_ettr=0.95, target=0.9).needed == 0
+
+
+def test_the_profile_overrides_rates_and_its_spares_are_checked(trainops, workspace):
+    profile = workspace / "overlays/prod-roce/cluster.yaml"
+    profile.write_text(profile.read_text() + "failureRates:\n  gpu: 0.5\n")
+    run = trainops(
+        "plan", "--params", "7B", "--tokens", "100B", "--gpus", "64", "--overlay",
+        "overlays/prod-roce", "--format", "json", cwd=workspace,
+    )  # fmt: skip
+    assert run.code == 0, run.err
+    result = json.loads(run.out)
+    classes = {c["name"]: c for c in result["reliability"]["failure_model"]["classes"]}
+    assert classes["gpu"]["per_1000_gpu_hours"] == 0.5
+    assert "overridden" in classes["gpu"]["counts"]
+    spares = result["reliability"]["spares"]
+    assert spares["profile_spare_nodes"] == 1
+    assert result["compute"]["peak_flops_per_gpu"] == 989e12  # NVIDIA-H100-80GB-HBM3
+    unknown = trainops(
+        "plan", "--flops", "1e21", "--gpus", "8", "--gpu", "A100", "--failure-rate", "cosmic=1"
+    )
+    assert unknown.code == 2 and "no failure class 'cosmic' in model llama3" in unknown.err
 
 
 @pytest.mark.parametrize(

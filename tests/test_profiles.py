@@ -134,7 +134,7 @@ def test_intel_mpi_run_gets_hydra_mpirun_and_needs_its_own_image(trainops, works
     refused = trainops(*args, cwd=workspace)
     assert refused.code == 2 and "ships Open MPI; give --image" in refused.err
     assert status(workspace) == ""
-    run = trainops(*args, "--image", "registry.example.com/intel-trainer:2025.1", cwd=workspace)
+    run = trainops(*args, "--image", "ghcr.io/example-org/intel-trainer:2025.1", cwd=workspace)
     assert run.code == 0, run.err
     validate_clean(trainops, workspace, "overlays/prod-b200/runs/intel-1")
     rendered = trainops(
@@ -146,7 +146,7 @@ def test_intel_mpi_run_gets_hydra_mpirun_and_needs_its_own_image(trainops, works
     assert spec["mpiImplementation"] == "Intel"
     assert launcher["command"] == ["mpirun"]  # no Open MPI -x
     assert launcher["args"][:3] == ["python", "-m", "trainer"]
-    assert launcher["image"] == "registry.example.com/intel-trainer:2025.1"
+    assert launcher["image"] == "ghcr.io/example-org/intel-trainer:2025.1"
 
 
 def test_mpi_implementation_needs_an_mpi_operator_cluster(trainops, workspace):

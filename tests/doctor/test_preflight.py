@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from trainops.kube import RECORDING_KIND, request_key
 
@@ -15,17 +16,29 @@ OVERLAY = "overlays/prod-roce"
 # The CRDs the overlay installs (the GPU Operator's chart brings ClusterPolicy's own).
 CRDS = [
     "clusterqueues.kueue.x-k8s.io",
+    "ippools.whereabouts.cni.cncf.io",
     "jaxjobs.kubeflow.org",
     "localqueues.kueue.x-k8s.io",
     "mpijobs.kubeflow.org",
     "network-attachment-definitions.k8s.cni.cncf.io",
+    "overlappingrangeipreservations.whereabouts.cni.cncf.io",
+    "ovsnetworks.sriovnetwork.openshift.io",
     "paddlejobs.kubeflow.org",
     "pytorchjobs.kubeflow.org",
     "resourceflavors.kueue.x-k8s.io",
     "servicemonitors.monitoring.coreos.com",
+    "sriovibnetworks.sriovnetwork.openshift.io",
+    "sriovnetworknodepolicies.sriovnetwork.openshift.io",
+    "sriovnetworknodestates.sriovnetwork.openshift.io",
+    "sriovnetworkpoolconfigs.sriovnetwork.openshift.io",
+    "sriovnetworks.sriovnetwork.openshift.io",
+    "sriovoperatorconfigs.sriovnetwork.openshift.io",
     "tfjobs.kubeflow.org",
+    "workloadpriorityclasses.kueue.x-k8s.io",
     "xgboostjobs.kubeflow.org",
 ]
+NAMESPACES = ("kube-system", "kubeflow", "mpi-operator", "sriov-network-operator", "training")
+RACK = "topology.kubernetes.io/rack"
 NAD = "/apis/k8s.cni.cncf.io/v1/namespaces/training/network-attachment-definitions/training-net"
 PVC = "/api/v1/namespaces/training/persistentvolumeclaims/checkpoints"
 NODES = request_key(
@@ -33,12 +46,41 @@ NODES = request_key(
 )
 
 
-def node(name: str, gpus: int = 8, vfs: int = 2, cordoned: bool = False) -> dict:
+def node(
+    name: str, gpus: int = 8, vfs: int = 2, cordoned: bool = False, ready: bool = True, rack=None
+) -> dict:
+    index = int(name.rsplit("-", 1)[-1])
     return {
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {RACK: rack or f"rack-{index // 4}"}},
         "spec": {"unschedulable": cordoned},
-        "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "nvidia.com/roce_vf": str(vfs)}},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus), "nvidia.com/roce_vf": str(vfs)},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
     }
+
+
+def attached(name: str, address: str) -> dict:
+    """A pod Multus attached to the training network (its network-status annotation)."""
+    status = [
+        {"name": "cilium", "interface": "eth0", "ips": ["10.0.3.7"], "default": True},
+        {"name": "training/training-net", "interface": "net1", "ips": [address]},
+    ]
+    annotations = {"k8s.v1.cni.cncf.io/network-status": json.dumps(status)}
+    return {"metadata": {"name": name, "annotations": annotations}}
+
+
+def probe_pod(node_name: str, ready: bool = True) -> dict:
+    return {
+        "metadata": {"name": f"checkpoint-probe-{node_name}"},
+        "spec": {"nodeName": node_name},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+PODS = "/api/v1/namespaces/training/pods"
+PROBE = "/apis/apps/v1/namespaces/training/daemonsets/checkpoint-probe"
+PROBE_PODS = request_key(PODS, {"labelSelector": "app=checkpoint-probe"})
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +107,7 @@ def nad_config(tmp_path_factory) -> str:
 def healthy(nad_config) -> dict:
     established = {"status": {"conditions": [{"type": "Established", "status": "True"}]}}
     responses = {
-        **{
-            f"/api/v1/namespaces/{ns}": {"metadata": {"name": ns}}
-            for ns in ("kube-system", "kubeflow", "mpi-operator", "training")
-        },
+        **{f"/api/v1/namespaces/{ns}": {"metadata": {"name": ns}} for ns in NAMESPACES},
         "/apis/apps/v1/daemonsets": {
             "items": [
                 {
@@ -84,6 +123,9 @@ def healthy(nad_config) -> dict:
         NAD: {"spec": {"config": nad_config}},
         PVC: {"status": {"phase": "Bound", "accessModes": ["ReadWriteMany"]}},
         NODES: {"items": [node(f"gpu-{i}") for i in range(16)]},
+        PODS: {"items": [attached("llama-worker-0", "10.40.0.12")]},
+        PROBE: {"status": {"numberReady": 16, "desiredNumberScheduled": 16}},
+        PROBE_PODS: {"items": [probe_pod(f"gpu-{i}") for i in range(16)]},
         "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/training": {"metadata": {}},
         "/apis/kueue.x-k8s.io/v1beta2/namespaces/training/localqueues/training": {"metadata": {}},
         "/apis/nvidia.com/v1/clusterpolicies/cluster-policy": {"status": {"state": "ready"}},
@@ -133,6 +175,77 @@ def test_preflight_fails_on_a_recorded_cluster_that_does_not(trainops, tmp_path,
     status, detail = checks["nodes"]
     assert status == "warn" and detail.startswith("1 of 3 nodes")
     assert "gpu-1 (nvidia.com/roce_vf 0/2)" in detail and "gpu-2 (cordoned)" in detail
+
+
+def test_preflight_checks_what_the_overlay_assumes_of_nodes_and_fabric(trainops, tmp_path, healthy):
+    """Topology labels on Ready nodes, the advertised RDMA resource, net1 inside ipRange and
+    a checkpoint write from every GPU node: each fails on its own broken recording."""
+    broken = copy.deepcopy(healthy)
+    nodes = [node(f"gpu-{i}") for i in range(16)]
+    del nodes[3]["metadata"]["labels"][RACK]
+    nodes[5]["status"]["conditions"][0]["status"] = "False"
+    nodes[7]["status"]["allocatable"]["nvidia.com/roce_vf"] = "1"
+    broken[NODES] = {"items": nodes}
+    broken[PODS] = {
+        "items": [attached("llama-worker-0", "10.40.0.12"), attached("llama-worker-1", "10.9.0.4")]
+    }
+    broken[PROBE_PODS] = {"items": [probe_pod(f"gpu-{i}", ready=i != 9) for i in range(16)]}
+    run = preflight(trainops, tmp_path, broken, "--format", "json")
+    assert run.code == 1
+    checks = statuses(run)
+    status, detail = checks["topology"]
+    assert status == "fail"
+    assert "not Ready: gpu-5" in detail and f"gpu-3 (no {RACK})" in detail
+    assert checks["rdma resource"] == (
+        "warn",
+        "15 of 16 GPU nodes advertise nvidia.com/roce_vf (>= 2 per pod); short: gpu-7 (1)",
+    )
+    assert checks["net1 addresses"] == (
+        "fail",
+        "outside 10.40.0.0/16: training/llama-worker-1 10.9.0.4",
+    )
+    assert checks["checkpoint writes"] == (
+        "fail",
+        "15 of 16 GPU nodes wrote to the checkpoint claim; not: gpu-9",
+    )
+
+
+def test_preflight_names_the_missing_probe_and_attachment_as_warnings(trainops, tmp_path, healthy):
+    quiet = copy.deepcopy(healthy)
+    del quiet[PROBE]
+    quiet[PODS] = {"items": []}
+    run = preflight(trainops, tmp_path, quiet, "--format", "json")
+    assert run.code == 0
+    checks = statuses(run)
+    assert checks["checkpoint writes"] == ("warn", "not probed")
+    assert checks["net1 addresses"] == ("warn", "no pod attached to the training network yet")
+
+
+def test_preflight_warns_when_a_domain_holds_more_nodes_than_the_profile_says(
+    trainops, tmp_path, healthy, workspace
+):
+    profile = workspace / "overlays/prod-roce/cluster.yaml"
+    levels = "topology:\n- label: topology.kubernetes.io/rack\n  nodes: 2\n"
+    profile.write_text(profile.read_text() + levels)
+    recording = tmp_path / "cluster.json"
+    recording.write_text(json.dumps({"kind": RECORDING_KIND, "responses": healthy}))
+    run = trainops(
+        "preflight", OVERLAY, "--recording", str(recording), "--format", "json", cwd=workspace
+    )
+    status, detail = statuses(run)["topology"]
+    assert status == "warn"
+    assert "topology.kubernetes.io/rack=rack-0 has 4 nodes, the profile says 2" in detail
+
+
+def test_emit_checkpoint_probe_writes_from_every_gpu_node(trainops):
+    run = trainops("preflight", OVERLAY, "--emit-checkpoint-probe")
+    assert run.code == 0, run.err
+    probe = yaml.safe_load(run.out)
+    assert probe["kind"] == "DaemonSet" and probe["metadata"]["name"] == "checkpoint-probe"
+    spec = probe["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert spec["volumes"][0]["persistentVolumeClaim"]["claimName"] == "checkpoints"
+    assert "/checkpoints/.preflight/$NODE_NAME" in spec["containers"][0]["command"][-1]
 
 
 def test_preflight_warns_when_the_network_differs_from_git(trainops, tmp_path, healthy):

@@ -1937,3 +1937,217 @@ MORE_FIXTURES.setdefault("dataset-claim-writable", []).append(
     # Not a dataset: an output claim of another name is the job's business.
     (edit(_dataset(read_only=False)), edit(_dataset(False, path="/outputs", name="outputs")))
 )
+
+
+# -- tenancy, admission policies, topology --------------------------------------------------
+# A team's namespace is described by its `trainops-runs` ConfigMap (the parameters the
+# cluster's admission policy reads, trainops.profile.tenancy.params).
+
+
+def tenant_params(**data: str) -> dict[str, Any]:
+    values = {
+        "team": "vision",
+        "queue": "training",
+        "priorities": "best-effort,standard",
+        "networks": f"training-net,{NAMESPACE}/training-net",
+        "registries": "registry.example.com/",
+        **data,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "trainops-runs", "namespace": NAMESPACE},
+        "data": values,
+    }
+
+
+def _tenant(labels: dict[str, str] | None = None, **data: str) -> Callable[[Docs], None]:
+    """The namespace belongs to a team (params `data`); its jobs carry `labels`."""
+
+    def change(docs: Docs) -> None:
+        docs.append(tenant_params(**data))
+        for doc in docs:
+            if doc["kind"] in ("PyTorchJob", "MPIJob"):
+                doc["metadata"]["labels"].update(labels or {})
+
+    return change
+
+
+TEAM_JOB = {
+    "trainops.dev/team": "vision",
+    "trainops.dev/scheduler": "kueue",
+    "kueue.x-k8s.io/queue-name": "training",
+    "kueue.x-k8s.io/priority-class": "standard",
+}
+
+
+def _attachment(value: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        _tenant(TEAM_JOB)(docs)
+        for spec in job(docs)["spec"]["pytorchReplicaSpecs"].values():
+            spec["template"]["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] = value
+
+    return change
+
+
+def admission_policy() -> Docs:
+    """A namespace bound to a policy whose params say which team owns it."""
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": "team-label"},
+            "spec": {
+                "failurePolicy": "Fail",
+                "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": ["kubeflow.org"],
+                            "apiVersions": ["*"],
+                            "operations": ["CREATE", "UPDATE"],
+                            "resources": ["pytorchjobs"],
+                        }
+                    ]
+                },
+                "variables": [
+                    {
+                        "name": "labels",
+                        "expression": "has(object.metadata.labels) ? object.metadata.labels : {}",
+                    }
+                ],
+                "validations": [
+                    {
+                        "expression": "'trainops.dev/team' in variables.labels && "
+                        "variables.labels['trainops.dev/team'] == params.data.team",
+                        "messageExpression": "'jobs here belong to team ' + params.data.team",
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": "team-label"},
+            "spec": {
+                "policyName": "team-label",
+                "validationActions": ["Deny"],
+                "paramRef": {"name": "trainops-runs", "parameterNotFoundAction": "Deny"},
+                "matchResources": {
+                    "namespaceSelector": {
+                        "matchExpressions": [{"key": "trainops.dev/tenant", "operator": "Exists"}]
+                    }
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": NAMESPACE, "labels": {"trainops.dev/tenant": "vision"}},
+        },
+        tenant_params(),
+    ]
+
+
+def _admitted(team: str | None) -> Callable[[], Docs]:
+    def build() -> Docs:
+        docs = [*baseline(), *admission_policy()]
+        if team:  # the policy judges PyTorchJobs only
+            for doc in docs:
+                if doc["kind"] == "PyTorchJob":
+                    doc["metadata"]["labels"]["trainops.dev/team"] = team
+        return docs
+
+    return build
+
+
+def kueue_topology(capacity: dict[str, int]) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {
+            "name": "fixture",
+            "annotations": {"trainops.dev/nodes-per-domain": json.dumps(capacity)},
+        },
+        "spec": {"levels": [{"nodeLabel": label} for label in capacity]},
+    }
+
+
+RACK = "topology.kubernetes.io/rack"
+
+
+def _topology_request(label: str, rack_nodes: int) -> Callable[[Docs], None]:
+    """The PyTorchJob (1 Master + 3 Workers, one pod per node) requires one domain of
+    `label`; a rack holds `rack_nodes` nodes."""
+
+    def change(docs: Docs) -> None:
+        docs.append(kueue_topology({RACK: rack_nodes, "kubernetes.io/hostname": 1}))
+        for spec in job(docs)["spec"]["pytorchReplicaSpecs"].values():
+            annotations = spec["template"]["metadata"]["annotations"]
+            annotations["kueue.x-k8s.io/podset-required-topology"] = label
+            annotations["kueue.x-k8s.io/podset-group-name"] = "ranks"
+
+    return change
+
+
+FIXTURES.update(
+    {
+        "run-team-namespace": (edit(_tenant()), edit(_tenant(TEAM_JOB))),
+        "run-team-queue": (
+            edit(_tenant({**TEAM_JOB, "kueue.x-k8s.io/queue-name": "nlp"})),
+            edit(_tenant(TEAM_JOB)),
+        ),
+        "run-priority-allowed": (
+            edit(_tenant({**TEAM_JOB, "kueue.x-k8s.io/priority-class": "urgent"})),
+            edit(_tenant(TEAM_JOB)),
+        ),
+        "network-attachment-approved": (
+            edit(_attachment("training-net,kube-system/host-net")),
+            edit(_attachment(f"training-net,{NAMESPACE}/training-net")),
+        ),
+        "image-registry-approved": (
+            edit(_tenant(TEAM_JOB, registries="ghcr.io/acme/")),
+            edit(_tenant(TEAM_JOB, registries="ghcr.io/acme/,registry.example.com/")),
+        ),
+        "admission-policy": (_admitted(None), _admitted("vision")),
+        "topology-level-known": (
+            edit(_topology_request("example.com/block", 4)),
+            edit(_topology_request(RACK, 4)),
+        ),
+        "topology-request-fits": (
+            edit(_topology_request(RACK, 2)),
+            edit(_topology_request(RACK, 4)),
+        ),
+    }
+)
+
+
+def _volcano_queue(queue: str) -> Callable[[Docs], None]:
+    """A Volcano cluster: team vision's namespace, the PyTorchJob's PodGroup in `queue`."""
+
+    def change(docs: Docs) -> None:
+        labels = {"trainops.dev/team": "vision", "trainops.dev/scheduler": "volcano"}
+        _tenant(labels, queue="vision")(docs)
+        for doc in docs:
+            if doc["kind"] in ("PyTorchJob", "MPIJob"):
+                policy = {"queue": "vision", "priorityClass": "standard"}
+                doc["spec"].setdefault("runPolicy", {})["schedulingPolicy"] = policy
+        job(docs)["spec"]["runPolicy"]["schedulingPolicy"]["queue"] = queue
+
+    return change
+
+
+MORE_FIXTURES.setdefault("run-team-queue", []).append(
+    (edit(_volcano_queue("training")), edit(_volcano_queue("vision")))
+)
+MORE_FIXTURES.setdefault("run-priority-allowed", []).append(
+    (
+        edit(
+            lambda d: (
+                _volcano_queue("vision")(d),
+                job(d)["spec"]["runPolicy"]["schedulingPolicy"].update(priorityClass="urgent"),
+            )
+        ),
+        edit(_volcano_queue("vision")),
+    )
+)

@@ -16,6 +16,9 @@ from trainops.profile.model import (
     FIELD_DOCS,
     FIELD_TYPES,
     MPI_OPERATORS,
+    OFED_SOURCES,
+    PLACEMENTS,
+    RDMA_PROVIDERS,
     REQUIRED,
     SCHEDULERS,
     TRAINERS,
@@ -75,6 +78,23 @@ def report(result: WriteResult) -> None:
 @click.option("--image", help=FIELD_DOCS["image"])
 @click.option("--trainer", type=click.Choice(TRAINERS), help=FIELD_DOCS["trainer"])
 @click.option("--mpi-operator", type=click.Choice(MPI_OPERATORS), help=FIELD_DOCS["mpiOperator"])
+@click.option("--placement", type=click.Choice(PLACEMENTS), help=FIELD_DOCS["placement"])
+@click.option(
+    "--topology",
+    "topology_levels",
+    metavar="LABEL=NODES,...",
+    help="network levels, outermost first, each a node label and the nodes in one of its "
+    "domains, e.g. example.com/block=32,topology.kubernetes.io/rack=8",
+)
+@click.option(
+    "--teams",
+    metavar="NAME=GPUS,...",
+    help="the teams sharing the cluster and their GPU quotas, e.g. vision=32,nlp=16 "
+    "(limits and priorities per team: cluster.yaml's teams)",
+)
+@click.option("--spare-nodes", type=int, help=FIELD_DOCS["spareNodes"])
+@click.option("--rdma-provider", type=click.Choice(RDMA_PROVIDERS), help=FIELD_DOCS["rdmaProvider"])
+@click.option("--ofed", type=click.Choice(OFED_SOURCES), help=FIELD_DOCS["ofed"])
 @click.option(
     "--from",
     "from_file",
@@ -132,6 +152,10 @@ def _values_from_flags(flags: dict) -> dict:
         "image": "image",
         "trainer": "trainer",
         "mpi_operator": "mpiOperator",
+        "placement": "placement",
+        "spare_nodes": "spareNodes",
+        "rdma_provider": "rdmaProvider",
+        "ofed": "ofed",
     }
     values = {}
     for flag, key in names.items():
@@ -140,6 +164,16 @@ def _values_from_flags(flags: dict) -> dict:
     hca = [device for entry in flags.get("hca") or () for device in entry.split(",") if device]
     if hca:
         values["hca"] = hca
+    if flags.get("teams"):
+        values["teams"] = [
+            {"name": name, "gpus": count}
+            for name, count in _pairs("--teams", flags["teams"], "vision=32")
+        ]
+    if flags.get("topology_levels"):
+        values["topology"] = [
+            {"label": label, "nodes": count}
+            for label, count in _pairs("--topology", flags["topology_levels"], "rack-label=8")
+        ]
     missing = _missing_keys(values)
     if missing:
         named = ", ".join(_flag_name(key) for key in missing)
@@ -182,6 +216,16 @@ def _flag_name(key: str) -> str:
     flag = "".join(f"-{c.lower()}" if c.isupper() else c for c in key)
     known = {p.name.replace("_", "-") for p in new_cluster.params}
     return f"--{flag}" if flag in known else f"{key} (in --from FILE)"
+
+
+def _pairs(option: str, text: str, example: str) -> list[tuple[str, int]]:
+    pairs = []
+    for item in text.split(","):
+        name, eq, count = item.strip().partition("=")
+        if not eq or not name or not count.strip().isdigit():
+            raise InputError(f"{option} {text!r}: expected NAME=NUMBER,... (e.g. {example})")
+        pairs.append((name, int(count)))
+    return pairs
 
 
 @click.command("set")
@@ -301,6 +345,22 @@ def unified_diff(changes: list[FileChange], root: Path) -> str:
     "Intel and MPICH need --image and get Hydra's mpirun, which passes the whole launcher "
     "environment).",
 )
+@click.option(
+    "--team",
+    help="The team the run belongs to: written to teams/TEAM/runs/RUN/, in the team's "
+    "namespace and queue.",
+)
+@click.option(
+    "--priority",
+    help="Priority name from the cluster's profile (default: standard where the team may use "
+    "it, else its lowest).",
+)
+@click.option(
+    "--topology",
+    metavar="required:LABEL|preferred:LABEL",
+    help="Kueue clusters with topology levels: keep the run's pods in one domain of the "
+    "level LABEL (required: wait until one has room; preferred: fall back to fewer domains).",
+)
 @click.option("--force", is_flag=True, help="Overwrite a run that was never synced.")
 @click.argument("program_args", nargs=-1, type=click.UNPROCESSED)
 def new_run(
@@ -314,10 +374,14 @@ def new_run(
     prepare,
     failure_patterns,
     mpi_implementation,
+    team,
+    priority,
+    topology,
     force,
     program_args,
 ):
-    """Create overlays/CLUSTER/runs/RUN/: a job named RUN on the cluster's template.
+    """Create overlays/CLUSTER/runs/RUN/ (with --team, teams/TEAM/runs/RUN/): a job named
+    RUN on the cluster's template.
 
     Arguments after `--` are the program's: the reference trainer's, or with
     --command your own (they replace the template's):

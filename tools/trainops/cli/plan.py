@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import click
 
 from trainops.errors import InputError
-from trainops.plan import (
+from trainops.planning.estimate import (
     CHECKPOINT_BYTES_PER_PARAM,
-    FAILURE_RATES,
     PEAK_FLOPS,
     Plan,
     PlanInputs,
-    default_failure_rates,
     make_plan,
     parse_amount,
 )
+from trainops.planning.failures import MODELS, FailureModel
 
 
 def _amount(option: str, value: str | None) -> float | None:
@@ -32,8 +32,8 @@ def _amount(option: str, value: str | None) -> float | None:
     return number
 
 
-def _rates(estimate: str, overrides: tuple[str, ...]) -> dict[str, float]:
-    rates = default_failure_rates(estimate)
+def _rates(overrides: tuple[str, ...]) -> dict[str, float]:
+    rates = {}
     for item in overrides:
         name, eq, value = item.partition("=")
         try:
@@ -43,10 +43,32 @@ def _rates(estimate: str, overrides: tuple[str, ...]) -> dict[str, float]:
         if not eq or not name or rate < 0:
             raise InputError(
                 f"--failure-rate {item!r}: expected NAME=RATE (failures per 1000 "
-                f"GPU-hours), e.g. nic=0.3; known names: {', '.join(FAILURE_RATES)}"
+                "GPU-hours), e.g. gpu=0.02"
             )
         rates[name] = rate
     return rates
+
+
+def _failures(
+    name: str, profile_rates: dict[str, float], overrides: dict[str, float]
+) -> FailureModel:
+    try:
+        return MODELS[name].with_rates({**profile_rates, **overrides})
+    except ValueError as error:
+        raise InputError(str(error)) from None
+
+
+# GPU models by the product label a profile names (nvidia.com/gpu.product values).
+_PRODUCTS = (("H100", "PCIE", "H100-PCIe"), ("H100", "", "H100-SXM"), ("H200", "", "H200"),
+             ("B200", "", "B200"), ("A100", "", "A100"))  # fmt: skip
+
+
+def _gpu_of(product: str) -> str | None:
+    upper = product.upper()
+    for name, qualifier, model in _PRODUCTS:
+        if name in upper and qualifier in upper:
+            return model
+    return None
 
 
 @click.command("plan")
@@ -102,17 +124,39 @@ def _rates(estimate: str, overrides: tuple[str, ...]) -> dict[str, float]:
     help="Time from a failure to training again.",
 )
 @click.option(
-    "--failure-estimate",
-    type=click.Choice(["low", "mid", "high"]),
-    default="mid",
+    "--failure-model",
+    type=click.Choice(sorted(MODELS)),
+    default="llama3",
     show_default=True,
-    help="Which end of the reference failure-rate ranges to use.",
+    help="Published fleet data the failure rates come from: llama3 (Meta's Llama 3 405B "
+    "run, 16,384 H100s, 54 days) or opt175b (992 A100s, 2021).",
 )
 @click.option(
     "--failure-rate",
     multiple=True,
-    metavar="NAME=RATE",
-    help="Override one failure class (per 1000 GPU-hours); repeatable.",
+    metavar="CLASS=RATE",
+    help="Your fleet's rate of one failure class (per 1000 GPU-hours), over the model's and "
+    "the profile's failureRates; repeatable.",
+)
+@click.option(
+    "--ettr-target",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=0.9,
+    show_default=True,
+    help="The effective-training-time ratio the run must hold: sizes the spares.",
+)
+@click.option(
+    "--repair-hours",
+    type=click.FloatRange(min=0),
+    default=72.0,
+    show_default=True,
+    help="Time until a failed node is back in service (an assumption: set your fleet's).",
+)
+@click.option(
+    "--overlay",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A cluster overlay: its profile gives GPUs per node, the GPU model, failureRates and "
+    "the spare nodes to check.",
 )
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
@@ -132,26 +176,37 @@ def plan(
     checkpoint_size,
     storage_bandwidth,
     restart_minutes,
-    failure_estimate,
+    failure_model,
     failure_rate,
+    ettr_target,
+    repair_hours,
+    overlay,
     fmt,
 ):
     """Estimate a run: wall-clock days, fabric load per step, MTBF, checkpoint
-    interval (Young/Daly), expected ETTR and the restart budget.
+    interval (Young/Daly), expected ETTR, restart budget and the spare nodes that
+    hold the ETTR target while failed nodes are repaired.
 
     \b
     Examples:
       trainops plan --flops 6.4e23 --gpus 2048 --peak-flops 300e12 --mfu 0.5
       trainops plan --params 70B --tokens 2T --gpus 1024 --gpu H100-SXM \\
         --batch-tokens 4M --node-bandwidth 3200 --storage-bandwidth 40
+      trainops plan --params 70B --tokens 2T --gpus 1024 --overlay overlays/prod-roce
 
-    The failure rates default to the reference table (per 1000 GPU-hours:
-    recoverable Xid 2-5, Xid 79 0.5-1, NIC 0.2-0.5, OOM 1-3, kernel panic
-    0.1-0.3, disk 0.05-0.1); replace them with your fleet's with --failure-rate.
-    Formulas: docs/runbook.md#planning.
+    Failure rates come from published fleet data, class by class, each with its
+    source (--failure-model; default: Meta's Llama 3 405B run, 466 interruptions in
+    54 days on 16,384 H100s); replace a class with your fleet's rate with
+    --failure-rate or the profile's failureRates. Formulas and sources:
+    docs/runbook.md#planning.
     """
+    profile = _profile(overlay) if overlay is not None else None
+    if profile is not None and gpu is None and peak_flops is None:
+        gpu = _gpu_of(profile.gpuProduct)
     if (gpu is None) == (peak_flops is None):
         raise InputError("give exactly one of --gpu and --peak-flops")
+    if profile is not None and gpus_per_node == 8:
+        gpus_per_node = profile.gpusPerNode
     inputs = PlanInputs(
         gpus=gpus,
         peak_flops=PEAK_FLOPS[gpu] if gpu else _amount("--peak-flops", peak_flops),
@@ -166,7 +221,12 @@ def plan(
         checkpoint_bytes=_amount("--checkpoint-size", checkpoint_size),
         storage_gbytes_per_s=storage_bandwidth,
         restart_seconds=restart_minutes * 60,
-        failure_rates=_rates(failure_estimate, failure_rate),
+        failures=_failures(
+            failure_model, profile.failureRates if profile else {}, _rates(failure_rate)
+        ),
+        repair_hours=repair_hours,
+        ettr_target=ettr_target,
+        spare_nodes=profile.spareNodes if profile else None,
     )
     if inputs.flops is not None and inputs.tokens is not None:
         raise InputError("--flops replaces --params x --tokens: give one or the other")
@@ -174,10 +234,24 @@ def plan(
         result = make_plan(inputs)
     except ValueError as error:
         raise InputError(str(error)) from None
+    if profile is not None and gpus > profile.usable_nodes * profile.gpusPerNode:
+        result.warnings.append(
+            f"cluster {profile.name} has {profile.usable_nodes * profile.gpusPerNode} GPUs "
+            f"outside its spares, fewer than the run's {gpus}"
+        )
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2, default=_json_number))
     else:
         click.echo(render_text(result), nl=False)
+
+
+def _profile(overlay: Path):
+    from trainops.profile.model import load_profile
+
+    path = overlay / "cluster.yaml"
+    if not path.is_file():
+        raise InputError(f"--overlay {overlay}: no cluster.yaml (a cluster overlay has one)")
+    return load_profile(path)
 
 
 def _json_number(value):
@@ -234,10 +308,16 @@ def render_text(plan: Plan) -> str:
                 f"  all-reduce per step        {_duration(m['comm_seconds_per_step'])}"
                 f" at {p.node_bandwidth_gbps:g} Gbit/s per node"
             )
-    rates = ", ".join(f"{k} {v:g}" for k, v in r["failure_rates_per_1000_gpu_hours"].items())
+    model = r["failure_model"]
     lines += [
         "reliability",
-        f"  failure rates              {rates} (per 1000 GPU-hours)",
+        f"  failure rates              per 1000 GPU-hours, from {model['name']}: {model['source']}",
+    ]
+    for c in model["classes"]:
+        out = ", takes the node out" if c["takes_node_out"] else ""
+        lines.append(f"    {c['name']:<24} {c['per_1000_gpu_hours']:.5f}  ({c['counts']}{out})")
+    lines += [
+        f"  failures per hour          {r['failures_per_hour']:.4f} over {p.gpus} GPUs",
         f"  job MTBF                   {_duration(r['mtbf_hours'] * 3600)}",
     ]
     if "checkpoint_bytes" in r:
@@ -255,6 +335,30 @@ def render_text(plan: Plan) -> str:
                 f"  restart budget             backoffLimit (or elasticPolicy.maxRestarts)"
                 f" >= {r['restart_budget']}"
             )
+        lines += _spares_text(r["spares"])
     if plan.warnings:
         lines += ["warnings", *(f"  - {w}" for w in plan.warnings)]
     return "\n".join(lines) + "\n"
+
+
+def _spares_text(spares: dict) -> list[str]:
+    needed = spares["needed"]
+    lines = [
+        "spares",
+        f"  nodes out for repair       {spares['nodes_out_mean']:.2f} on average "
+        f"({spares['node_failures_per_hour']:.4f} node failures per hour x "
+        f"{spares['repair_hours']:g} h repair)",
+    ]
+    if needed is None:
+        lines.append(f"  spare nodes needed         none reach {spares['ettr_target']:.0%} ETTR")
+    else:
+        lines.append(
+            f"  spare nodes needed         {needed} (ETTR {spares['ettr_with_spares']:.1%} "
+            f">= target {spares['ettr_target']:.0%})"
+        )
+    if "profile_spare_nodes" in spares:
+        lines.append(
+            f"  the cluster's spares       {spares['profile_spare_nodes']} (ETTR "
+            f"{spares['ettr_with_profile_spares']:.1%})"
+        )
+    return lines

@@ -21,6 +21,7 @@ from trainops.doctor.report import table
 from trainops.errors import InputError
 from trainops.model import Target
 from trainops.preflight import FAIL, PASS, WARN, run_checks
+from trainops.preflight.fabric import checkpoint_probe
 from trainops.profile.model import load_profile
 from trainops.render.discover import display_path, kustomization_file
 from trainops.yamlio import dump
@@ -44,14 +45,26 @@ PREFLIGHT_TEMPLATE = Path("training") / "preflight"
     "kubectl create -f -; read the launcher's log with `trainops doctor nccl-tests -`.",
 )
 @click.option("--name", help="Job name for --emit-job [default: nccl-preflight-<UTC time>].")
-def preflight(overlay, context, recording, save_recording, fmt, emit_job, name):
+@click.option(
+    "--emit-checkpoint-probe",
+    is_flag=True,
+    help="Print the checkpoint probe instead of checking: a DaemonSet on the GPU nodes that "
+    "writes a file per node into the checkpoint claim (kubectl apply -f -; preflight then "
+    "checks that every node wrote; delete it afterwards).",
+)
+def preflight(
+    overlay, context, recording, save_recording, fmt, emit_job, name, emit_checkpoint_probe
+):
     """Check that a live cluster provides what OVERLAY (overlays/<cluster>) expects.
 
     Read-only. Checks: namespaces; Multus running; every CRD the overlay and its
     jobs need Established; its NetworkAttachmentDefinitions present (and as in
     Git); the checkpoint claim Bound and ReadWriteMany; enough schedulable nodes
-    with the profile's GPU product label, GPUs and RDMA devices allocatable;
-    Kueue/Volcano queues present; the GPU Operator's ClusterPolicy ready.
+    with the profile's GPU product label, GPUs and RDMA devices allocatable; the
+    GPU nodes Ready with every topology label; the RDMA resource advertised; net1
+    addresses inside ipRange; a checkpoint write from every GPU node (the probe);
+    the UFM secret for a partition key; Kueue/Volcano queues present; the GPU
+    Operator's ClusterPolicy ready.
 
     Exit codes: 0 every check passed (warnings allowed), 1 a check failed,
     2 unreadable input or no cluster.
@@ -65,6 +78,9 @@ def preflight(overlay, context, recording, save_recording, fmt, emit_job, name):
         raise InputError(
             "not a cluster overlay (needs cluster.yaml and a kustomization)", str(overlay)
         )
+    if emit_checkpoint_probe:
+        emit(dump(checkpoint_probe(load_profile(overlay / "cluster.yaml"))), None)
+        return
     renderer, _ = make_renderer(project_config())
     if emit_job:
         emit(_job_yaml(renderer, overlay, name), None)

@@ -68,7 +68,10 @@ def _under(change: FieldChange, prefix: str) -> bool:
 
 
 def is_run(app: str) -> bool:
+    """overlays/<cluster>/runs/<run>, or a team's: overlays/<cluster>/teams/<team>/runs/<run>."""
     parts = app.split("/")
+    if len(parts) == 6 and parts[2] == "teams":
+        parts = [*parts[:2], *parts[4:]]
     return len(parts) == 4 and parts[0] == "overlays" and parts[2] == "runs"
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from trainops.errors import InputError
 from trainops.profile import observability_settings
+from trainops.profile.teams import Team, TeamsContext, parse_priorities, parse_teams
+from trainops.profile.topology import Level, parse_levels
 from trainops.yamlio import load_yaml_mapping, locate
 
 API_VERSION = "trainops.dev/v1alpha1"
@@ -33,6 +35,12 @@ GPUDIRECT = ("dmabuf", "peermem", "none")
 PLACEMENTS = ("pack", "spread")
 MPI_OPERATORS = ("training-operator", "mpi-operator", "none")
 TRAINERS = ("v1", "v2", "both")
+# Who installs the RDMA stack: the overlay (one of the operators) or the hosts.
+RDMA_PROVIDERS = ("network-operator", "sriov-network-operator", "preinstalled")
+# Where the RDMA (MOFED) driver comes from: the distribution's kernel, a MOFED installed
+# on the hosts, or the Network Operator's driver container.
+OFED_SOURCES = ("inbox", "host", "driver-container")
+_DURATION = re.compile(r"([0-9]+(ms|s|m|h))+\Z")
 _NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")  # \Z: no trailing newline
 _QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|Pi)?$")
 _IMAGE = re.compile(r"^[^\s@:]+(:[^\s@:/]+)?(@sha256:[0-9a-f]{64})?$")
@@ -59,7 +67,8 @@ class ClusterProfile:
     gpudirect: str = ""
     gpuProduct: str = ""
     topologyKey: str = "kubernetes.io/hostname"
-    placement: str = "spread"
+    placement: str = "pack"
+    topology: list[Level] = field(default_factory=list)
     storageClass: str = ""
     checkpointSize: str = "1Ti"
     scheduler: str = "default"
@@ -75,6 +84,16 @@ class ClusterProfile:
     alerts: dict[str, Any] = field(default_factory=dict)
     preflight: dict[str, Any] = field(default_factory=dict)
     gpuHealth: dict[str, Any] = field(default_factory=dict)
+    spareNodes: int = 0
+    teams: list[Team] = field(default_factory=list)
+    priorities: dict[str, int] = field(default_factory=dict)
+    podsReadyTimeout: str = "15m"
+    requeueBackoffSeconds: int = 60
+    requeueBackoffMaxSeconds: int = 3600
+    rdmaProvider: str = "preinstalled"
+    ofed: str = ""
+    registries: list[str] = field(default_factory=list)
+    failureRates: dict[str, float] = field(default_factory=dict)
 
     @property
     def rdma(self) -> bool:
@@ -103,6 +122,19 @@ class ClusterProfile:
     def trainer_v2(self) -> bool:
         """Kubeflow Trainer v2 serves TrainJob on ClusterTrainingRuntimes."""
         return self.trainer in ("v2", "both")
+
+    @property
+    def usable_nodes(self) -> int:
+        """Nodes the quotas hand out: the spares stay free to replace failed nodes."""
+        return self.nodes - self.spareNodes
+
+    @property
+    def tiered(self) -> bool:
+        """Queues and priorities are generated: the cluster has teams (or priorities)."""
+        return bool(self.teams) and self.scheduler != "default"
+
+    def team(self, name: str) -> Team | None:
+        return next((t for t in self.teams if t.name == name), None)
 
     @property
     def image_name(self) -> str:
@@ -135,19 +167,42 @@ FIELD_DOCS = {
     "(ib-sriov-cni alone ignores it)",
     "gpudirect": "GPUDirect RDMA: dmabuf (open kernel modules), peermem (legacy, host "
     "MOFED) or none",
+    "rdmaProvider": "who installs the RDMA stack: network-operator (NicClusterPolicy), "
+    "sriov-network-operator (VFs and their device plugin) or preinstalled (the hosts)",
+    "ofed": "RDMA driver: inbox (the kernel's), host (MOFED on the hosts) or driver-container "
+    "(the Network Operator's); default host with peermem, else inbox",
     "gpusPerNode": "GPUs per node; each pod takes a whole node",
     "nodes": "GPU nodes available to training (sizes queues and defaults)",
+    "spareNodes": "nodes kept out of every quota, free to replace a failed node at once "
+    "(`trainops plan` says how many a run needs)",
     "gpuProduct": "value of the nvidia.com/gpu.product node label training pods require",
     "topologyKey": "node label naming the network locality domain (rack)",
-    "placement": "pack: prefer one locality domain per job; spread: balance across domains",
+    "placement": "pack (default): keep a job's pods in one locality domain (topologyKey); "
+    "spread: balance them across domains",
+    "topology": "network levels, outermost first: [{label: NODE-LABEL, nodes: NODES-PER-DOMAIN}] "
+    "(the node level kubernetes.io/hostname is added); becomes Kueue's Topology or Volcano's "
+    "HyperNode tiers, and runs may require or prefer one domain of a level",
     "storageClass": "ReadWriteMany storage class for checkpoints",
     "checkpointSize": "size of the shared checkpoint volume",
     "scheduler": "default, kueue (queueing, quota) or volcano (gang scheduling)",
     "queue": "Kueue LocalQueue or Volcano Queue name",
+    "podsReadyTimeout": "Kueue waitForPodsReady: time for an admitted job's pods to all run "
+    "before it is evicted and requeued (all-or-nothing)",
+    "requeueBackoffSeconds": "first wait before an evicted job is requeued (doubles each time)",
+    "requeueBackoffMaxSeconds": "longest wait between requeues",
+    "priorities": "run priorities, name: value (default urgent 10000, standard 1000, "
+    "best-effort 100); higher preempts lower",
+    "teams": "tenants: [{name, gpus, borrowingLimit, lendingLimit, priorities, weight}]; each "
+    "gets a namespace, a queue in the cluster's cohort and an Argo CD project (quotas in GPUs, "
+    "whole nodes)",
     "image": "trainer image, pinned by tag or digest",
+    "registries": "image prefixes runs may pull from (default: the trainer image's repository "
+    "owner)",
     "cpuPerPod": "CPU cores each training pod requests (default: 12 per GPU)",
     "memoryPerPod": "memory each training pod requests (default: 96Gi per GPU)",
     "shmSize": "size of /dev/shm (memory-backed) in each pod (default: 8Gi per GPU)",
+    "failureRates": "failures per 1000 GPU-hours by class, for `trainops plan` (default: the "
+    "Llama 3 fleet data, docs/runbook.md#planning)",
     "nccl": "extra NCCL_* variables for this cluster (name: value)",
     "trainer": "Kubeflow training API: v1 (Training Operator, PyTorchJob), v2 (Trainer v2, "
     "TrainJob on ClusterTrainingRuntimes) or both",
@@ -188,6 +243,17 @@ FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "alerts": dict,
     "preflight": dict,
     "gpuHealth": dict,
+    "spareNodes": int,
+    "teams": list,
+    "priorities": dict,
+    "podsReadyTimeout": str,
+    "requeueBackoffSeconds": int,
+    "requeueBackoffMaxSeconds": int,
+    "rdmaProvider": str,
+    "ofed": str,
+    "registries": list,
+    "failureRates": dict,
+    "topology": list,
 }
 REQUIRED = ("fabric", "gpusPerNode", "nodes", "image", "storageClass")
 
@@ -252,10 +318,34 @@ def parse_profile(
             raise fail(key, f"must be a {expected.__name__}, not {value!r}")
     if not _NAME.match(name) or len(name) > 40:
         raise fail("name", f"cluster name {name!r} must be a DNS label of at most 40 characters")
+    structured = {k: values.pop(k, None) for k in ("teams", "topology", "priorities")}
     profile = ClusterProfile(name=name, **{k: v for k, v in values.items() if v is not None})
     _check(profile, fail)
     _fill_defaults(profile)
+    _structured(profile, structured, fail)
     return profile
+
+
+def _structured(p: ClusterProfile, raw: dict[str, Any], fail) -> None:
+    """The nested keys, checked against the scalar ones they depend on."""
+    p.topology = parse_levels(raw["topology"], p.nodes, fail)
+    if p.topology and p.topologyKey not in [lvl.label for lvl in p.topology]:
+        raise fail(
+            "topologyKey",
+            f"{p.topologyKey!r} is not one of the topology levels: pack and spread work on "
+            "one of them",
+        )
+    if raw["priorities"] is not None and p.scheduler == "default":
+        raise fail("priorities", "need a scheduler that orders and preempts: kueue or volcano")
+    p.priorities = parse_priorities(raw["priorities"], fail)
+    context = TeamsContext(p.gpusPerNode, p.usable_nodes * p.gpusPerNode, p.priorities)
+    p.teams = parse_teams(raw["teams"], context, fail)
+    if p.teams and p.scheduler == "default":
+        raise fail(
+            "teams",
+            "teams need quotas, which the default scheduler does not enforce: use "
+            "scheduler kueue or volcano",
+        )
 
 
 def _check(p: ClusterProfile, fail) -> None:
@@ -323,6 +413,24 @@ def _check(p: ClusterProfile, fail) -> None:
         raise fail("nodes", "must be between 1 and 10000")
     if p.rdmaPerPod < 1:
         raise fail("rdmaPerPod", "must be at least 1")
+    if not 0 <= p.spareNodes < p.nodes:
+        raise fail("spareNodes", f"must be between 0 and nodes - 1 ({p.nodes - 1})")
+    if not _DURATION.match(p.podsReadyTimeout):
+        raise fail("podsReadyTimeout", f"{p.podsReadyTimeout!r} is not a duration like 15m or 1h")
+    if not 0 < p.requeueBackoffSeconds <= p.requeueBackoffMaxSeconds:
+        raise fail(
+            "requeueBackoffSeconds",
+            "must be positive and at most requeueBackoffMaxSeconds",
+        )
+    _check_fabric(p, network, fail)
+    for prefix in p.registries:
+        if not isinstance(prefix, str) or not re.match(
+            r"^[a-z0-9][-a-z0-9.:]*(/[^\s/]+)*/?$", prefix
+        ):
+            raise fail("registries", f"{prefix!r} is not an image prefix like ghcr.io/acme/")
+    for name, rate in p.failureRates.items():
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or rate < 0:
+            raise fail(f"failureRates.{name}", "must be a non-negative number per 1000 GPU-hours")
     if not _NAME.match(p.queue):
         raise fail("queue", f"{p.queue!r} is not a valid object name")
     if not _IMAGE.match(p.image):
@@ -356,6 +464,44 @@ def _check(p: ClusterProfile, fail) -> None:
             raise fail(f"nccl.{key}", "must be a string or a number")
 
 
+def _check_fabric(p: ClusterProfile, network: str, fail) -> None:
+    """The RDMA provider and driver agree with each other and with the GPUDirect mode."""
+    if p.rdmaProvider not in RDMA_PROVIDERS:
+        raise fail("rdmaProvider", f"must be one of {', '.join(RDMA_PROVIDERS)}")
+    if p.ofed and p.ofed not in OFED_SOURCES:
+        raise fail("ofed", f"must be one of {', '.join(OFED_SOURCES)}")
+    if not p.rdma:
+        for key in ("ofed",):
+            if getattr(p, key):
+                raise fail(key, "only applies to RDMA fabrics (roce, ib), not tcp")
+        if p.rdmaProvider != "preinstalled":
+            raise fail("rdmaProvider", "only applies to RDMA fabrics (roce, ib), not tcp")
+        return
+    if p.rdmaProvider == "sriov-network-operator" and network not in SRIOV_NETWORKS:
+        raise fail(
+            "rdmaProvider",
+            f"the SR-IOV network operator creates VFs for SR-IOV networks, not {network}: "
+            "use network-operator (its RDMA shared device plugin) or preinstalled",
+        )
+    ofed = p.ofed or ("host" if p.gpudirect == "peermem" else "inbox")
+    if ofed == "driver-container" and p.rdmaProvider != "network-operator":
+        raise fail("ofed", "the MOFED driver container comes with rdmaProvider network-operator")
+    if p.gpudirect == "peermem" and ofed == "inbox":
+        raise fail(
+            "ofed",
+            "gpudirect peermem loads nvidia-peermem, which needs MOFED (host or "
+            "driver-container), not the inbox driver; or use gpudirect dmabuf",
+        )
+    if p.rdmaProvider != "preinstalled" and not re.match(
+        r"^[a-z0-9][-a-z0-9.]*/[-\w.]+$", p.rdmaResource
+    ):
+        raise fail(
+            "rdmaResource",
+            f"{p.rdmaResource!r}: the device plugin advertises PREFIX/NAME, e.g. "
+            "nvidia.com/roce_vf",
+        )
+
+
 def _fill_defaults(p: ClusterProfile) -> None:
     p.network = p.network or NETWORKS[p.fabric][0]
     if not p.ipRange:
@@ -368,6 +514,12 @@ def _fill_defaults(p: ClusterProfile) -> None:
     p.memoryPerPod = p.memoryPerPod or f"{96 * p.gpusPerNode}Gi"
     p.shmSize = p.shmSize or f"{8 * p.gpusPerNode}Gi"
     p.nccl = {str(k): str(v) for k, v in p.nccl.items()}
+    if p.rdma and not p.ofed:
+        p.ofed = "host" if p.gpudirect == "peermem" else "inbox"
+    if not p.registries:
+        # The trainer image's repository owner: ghcr.io/acme/trainer -> ghcr.io/acme/
+        p.registries = [p.image_name.rsplit("/", 1)[0] + "/" if "/" in p.image_name else ""]
+    p.failureRates = {str(k): float(v) for k, v in p.failureRates.items()}
     if not p.mpiOperator:
         if p.scheduler == "kueue":
             p.mpiOperator = "mpi-operator"

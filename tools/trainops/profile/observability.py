@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainops.profile import observability_settings
+from trainops.profile.generated import HEADER
 from trainops.profile.model import ClusterProfile, ProfileError
 from trainops.yamlio import dump
 
@@ -23,10 +24,6 @@ BASE = "../../../base"  # from overlays/<cluster>/monitoring/
 PREFLIGHT = "training/preflight"
 # all_reduce_perf's arguments: 8 B to 8 GiB, doubling, one GPU per rank.
 NCCL_TESTS_ARGS = ["-b", "8", "-e", "8G", "-f", "2", "-g", "1"]
-HEADER = (
-    "# Generated from cluster.yaml by trainops. Change the profile instead\n"
-    "# (`trainops set {name} KEY=VALUE`): regeneration overwrites this file.\n"
-)
 JOB = "namespace, training_job"  # what identifies a training job in the rules
 # Xid codes that take a GPU out of service (NVIDIA's Xid catalogue): uncorrectable ECC
 # (48), NVLink error (74), fallen off the bus (79), contained / uncontained ECC (94, 95).

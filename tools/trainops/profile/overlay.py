@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trainops.profile import observability
-from trainops.profile.model import ClusterProfile, quantity_bytes
+from trainops.profile import admission, fabric, observability, schedulers, tenancy
+from trainops.profile.generated import generated_file
+from trainops.profile.model import ClusterProfile
+from trainops.profile.topology import HOSTNAME, PREFERRED, kueue_topology, volcano_tier
 from trainops.yamlio import dump
 
 BASE = "../../base"  # from overlays/<cluster>/
@@ -27,10 +29,6 @@ JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 # JobSet labels its pods with its uid too; the Training and MPI Operators do not.
 JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 CHECKPOINT_MOUNT = "/checkpoints"
-HEADER = (
-    "# Generated from cluster.yaml by trainops. Change the profile instead\n"
-    "# (`trainops set {name} KEY=VALUE`): regeneration overwrites this file.\n"
-)
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
@@ -39,8 +37,23 @@ def generate(profile: ClusterProfile) -> dict[str, str]:
     files["platform/network.yaml"] = _network_patch(profile)
     files["platform/storage.yaml"] = _storage_patch(profile)
     files["addons/gpu-operator.yaml"] = _gpu_operator_values(profile)
+    files["platform/admission.yaml"] = _admission(profile)
     if profile.scheduler != "default":
         files["platform/queue.yaml"] = _queue_patch(profile)
+        files["platform/priorities.yaml"] = _doc(
+            profile,
+            *tenancy.priority_documents(profile),
+            comment="# Run priorities: higher values preempt lower ones.\n",
+        )
+        files[f"addons/{profile.scheduler}.yaml"] = _scheduler_values(profile)
+    if profile.teams:
+        files["platform/teams.yaml"] = _teams(profile)
+    if profile.topology and profile.scheduler == "kueue":
+        files["platform/topology.yaml"] = _topology(profile)
+    if fabric.documents(profile):
+        files["platform/fabric.yaml"] = _fabric(profile)
+    if fabric.resource_prefix_patch(profile):
+        files["platform/sriov-operator.yaml"] = _doc(profile, fabric.resource_prefix_patch(profile))
     files["training/cluster/kustomization.yaml"] = _cluster_component(profile)
     if profile.trainer_v1:
         files["training/cluster/torchrun.yaml"] = _torchrun_patch(profile, ("Master", "Worker"))
@@ -95,8 +108,7 @@ def runtime_names(p: ClusterProfile) -> dict[str, str]:
 
 
 def _doc(profile: ClusterProfile, *documents: Any, comment: str = "") -> str:
-    text = HEADER.format(name=profile.name) + comment
-    return text + "---\n".join(dump(doc) for doc in documents)
+    return generated_file(profile.name, *documents, comment=comment)
 
 
 def cluster_env(profile: ClusterProfile) -> list[tuple[str, str]]:
@@ -124,6 +136,9 @@ OPERATOR_NAMESPACES = {
     "mpi-operator": "mpi-operator",
     "trainer": "kubeflow-system",
     "jobset": "jobset-system",
+    "network-operator": fabric.NETWORK_OPERATOR_NAMESPACE,
+    "sriov-network-operator": fabric.SRIOV_NAMESPACE,
+    "whereabouts": "kube-system",
 }
 
 
@@ -139,7 +154,7 @@ def operators(p: ClusterProfile) -> list[str]:
         names.append("mpi-operator")
     if p.trainer_v2:
         names += ["trainer", "jobset"]
-    return [*names, "multus"]
+    return [*names, "multus", *fabric.operators(p)]
 
 
 def platform_namespaces(p: ClusterProfile) -> list[str]:
@@ -156,6 +171,14 @@ def _platform_kustomization(p: ClusterProfile) -> str:
     ]
     if p.scheduler != "default":
         resources.append(f"{BASE}/training/queues/{p.scheduler}")
+        resources.append("platform/priorities.yaml")
+    if p.teams:
+        resources.append("platform/teams.yaml")
+    if p.topology and p.scheduler == "kueue":
+        resources.append("platform/topology.yaml")
+    resources.append("platform/admission.yaml")
+    if fabric.documents(p):
+        resources.append("platform/fabric.yaml")
     if p.trainer_v2:
         resources.append("training/runtimes")
     resources.append(observability.DIRECTORY)
@@ -163,9 +186,14 @@ def _platform_kustomization(p: ClusterProfile) -> str:
     patches: list[dict[str, Any]] = [
         {"path": "platform/network.yaml"},
         {"path": "platform/storage.yaml"},
+        _tenant_label(),
     ]
+    if fabric.resource_prefix_patch(p):
+        patches.append({"path": "platform/sriov-operator.yaml"})
     if p.scheduler != "default":
         patches.append({"path": "platform/queue.yaml"})
+        if p.topology and p.scheduler == "kueue":
+            patches.append(_flavor_topology(p))
         patches.extend(_queue_renames(p))
         if p.queue != "training":
             # The platform's scheduler Component sets the default queue on the jobs and
@@ -240,76 +268,116 @@ def network_config(p: ClusterProfile) -> dict[str, Any]:
     }
 
 
-def _network_patch(p: ClusterProfile) -> str:
+def _network_document(p: ClusterProfile) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": "training-net", "namespace": "training"}
     if p.network in ("sriov-roce", "ib-sriov"):
         metadata["annotations"] = {"k8s.v1.cni.cncf.io/resourceName": p.rdmaResource}
-    doc = {
+    return {
         "apiVersion": "k8s.cni.cncf.io/v1",
         "kind": "NetworkAttachmentDefinition",
         "metadata": metadata,
         "spec": {"config": json.dumps(network_config(p), indent=2)},
     }
-    return _doc(p, doc)
+
+
+def _network_patch(p: ClusterProfile) -> str:
+    return _doc(p, _network_document(p))
+
+
+def _storage_document(p: ClusterProfile, full: bool = False) -> dict[str, Any]:
+    """The checkpoint claim: the patch of base/training/platform's, or (`full`) a copy of
+    it for another namespace."""
+    metadata: dict[str, Any] = {"name": "checkpoints", "namespace": "training"}
+    spec: dict[str, Any] = {
+        "storageClassName": p.storageClass,
+        "resources": {"requests": {"storage": p.checkpointSize}},
+    }
+    if full:
+        metadata["annotations"] = {
+            "argocd.argoproj.io/sync-wave": "-1",
+            # Checkpoints outlive any sync: never prune or delete them from Git.
+            "argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
+        }
+        spec = {"accessModes": ["ReadWriteMany"], **spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata,
+        "spec": spec,
+    }
 
 
 def _storage_patch(p: ClusterProfile) -> str:
-    doc = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "checkpoints", "namespace": "training"},
-        "spec": {
-            "storageClassName": p.storageClass,
-            "resources": {"requests": {"storage": p.checkpointSize}},
-        },
-    }
-    return _doc(p, doc)
-
-
-def _format_quantity(total_bytes: int) -> str:
-    for unit, size in (("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20)):
-        if total_bytes % size == 0:
-            return f"{total_bytes // size}{unit}"
-    return str(total_bytes)
+    return _doc(p, _storage_document(p))
 
 
 def _queue_patch(p: ClusterProfile) -> str:
-    gpus = str(p.gpusPerNode * p.nodes)
-    if p.scheduler == "volcano":
-        doc = {
-            "apiVersion": "scheduling.volcano.sh/v1beta1",
-            "kind": "Queue",
-            "metadata": {"name": "training"},
-            "spec": {"capability": {GPU_RESOURCE: gpus}},
+    return _doc(p, tenancy.platform_queue(p), comment=tenancy.platform_queue_comment(p))
+
+
+def _tenant_label() -> dict[str, Any]:
+    """The platform's namespace takes runs too: the admission policy binds to it."""
+    ops = [
+        {
+            "op": "add",
+            "path": "/metadata/labels/" + tenancy.TENANT_LABEL.replace("/", "~1"),
+            "value": "training",
         }
-        return _doc(p, doc)
-    memory = _format_quantity(quantity_bytes(p.memoryPerPod) * p.nodes)
-    # Kueue admits a job only when the ClusterQueue covers every resource its pods
-    # request ("resource ... unavailable in ClusterQueue"): the RDMA devices too.
-    covered = ["cpu", "memory", GPU_RESOURCE]
-    quotas = [
-        {"name": "cpu", "nominalQuota": str(p.cpuPerPod * p.nodes)},
-        {"name": "memory", "nominalQuota": memory},
-        {"name": GPU_RESOURCE, "nominalQuota": gpus},
     ]
-    if p.rdma:
-        covered.append(p.rdmaResource)
-        quotas.append({"name": p.rdmaResource, "nominalQuota": str(p.rdmaPerPod * p.nodes)})
-    doc = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "ClusterQueue",
-        "metadata": {"name": "training"},
-        "spec": {
-            "resourceGroups": [
-                {
-                    "coveredResources": covered,
-                    "flavors": [{"name": "gpu", "resources": quotas}],
-                }
-            ]
-        },
+    return {"target": {"kind": "Namespace", "name": "training"}, "patch": dump(ops).rstrip("\n")}
+
+
+def _admission(p: ClusterProfile) -> str:
+    comment = (
+        "# The admission gate for runs (trainops.profile.admission): what `trainops\n"
+        "# validate` refuses in a run, the API server refuses at `kubectl apply` too.\n"
+    )
+    docs = [*admission.documents(p), tenancy.params(p, "training", None)]
+    return _doc(p, *docs, comment=comment)
+
+
+def _teams(p: ClusterProfile) -> str:
+    network = _network_document(p)
+    claim = _storage_document(p, full=True)
+    docs = [doc for team in p.teams for doc in tenancy.team_documents(p, team, network, claim)]
+    names = ", ".join(t.name for t in p.teams)
+    comment = f"# The teams sharing cluster {p.name} ({names}): namespace, queue, claim, network.\n"
+    return _doc(p, *docs, comment=comment)
+
+
+def _fabric(p: ClusterProfile) -> str:
+    comment = (
+        f"# The RDMA fabric's configuration for the {p.rdmaProvider} (trainops.profile.fabric):\n"
+        f"# the device plugin advertises {p.rdmaResource}, which every training pod requests.\n"
+    )
+    return _doc(p, *fabric.documents(p), comment=comment)
+
+
+def _topology(p: ClusterProfile) -> str:
+    comment = "# The fabric's levels for Kueue's topology-aware scheduling.\n"
+    return _doc(p, kueue_topology(p.name, p.topology), comment=comment)
+
+
+def _flavor_topology(p: ClusterProfile) -> dict[str, Any]:
+    ops = [{"op": "add", "path": "/spec/topologyName", "value": p.name}]
+    return {
+        "target": {"kind": "ResourceFlavor", "name": "gpu"},
+        "patch": dump(ops).rstrip("\n"),
     }
-    comment = f"# Quota: the whole cluster, {p.nodes} nodes x {p.gpusPerNode} GPUs.\n"
-    return _doc(p, doc, comment=comment)
+
+
+def _scheduler_values(p: ClusterProfile) -> str:
+    if p.scheduler == "kueue":
+        values = schedulers.kueue_values(p)
+        chart = f"kueue chart {schedulers.KUEUE_CHART}"
+    else:
+        values = schedulers.volcano_values(p)
+        chart = f"volcano chart {schedulers.VOLCANO_CHART}"
+    comment = (
+        f"# Helm values of Argo CD's {p.name}-{p.scheduler} Application ({chart}):\n"
+        "# its configuration, generated from the profile (trainops.profile.schedulers).\n"
+    )
+    return _doc(p, values, comment=comment)
 
 
 # Tolerated by the GPU Operator's operands: training nodes carry this taint.
@@ -320,10 +388,11 @@ def gpu_operator_values(p: ClusterProfile) -> dict[str, Any]:
     """Helm values of the cluster's gpu-operator add-on (chart v25.10.1), which owns the
     ClusterPolicy: the chart copies each of these into the ClusterPolicy's spec."""
     if p.gpudirect == "peermem":
-        # Legacy GPUDirect: nvidia-peermem against the hosts' MOFED. useHostMofed has no
-        # effect unless rdma.enabled is true.
+        # Legacy GPUDirect: nvidia-peermem against MOFED, the hosts' (useHostMofed) or the
+        # Network Operator's driver container, which the GPU driver waits for. useHostMofed
+        # has no effect unless rdma.enabled is true.
         driver = {"enabled": True, "kernelModuleType": "auto"}
-        driver["rdma"] = {"enabled": True, "useHostMofed": True}
+        driver["rdma"] = {"enabled": True, "useHostMofed": p.ofed == "host"}
     else:
         # DMA-BUF GPUDirect needs the open kernel modules (driver >= 535, kernel >= 5.12).
         driver = {"enabled": True, "kernelModuleType": "open"}
@@ -377,6 +446,7 @@ def _cluster_component(p: ClusterProfile) -> str:
         patches.extend(_trainjob_patches(p))
     if p.queue != "training":
         patches.extend(_queue_patches(p))
+    patches.extend(_priority_patches(p))
     doc = {
         "apiVersion": "kustomize.config.k8s.io/v1alpha1",
         "kind": "Component",
@@ -445,7 +515,37 @@ def _queue_patches(p: ClusterProfile) -> list[dict[str, Any]]:
     return patches
 
 
-def _pod_patch(p: ClusterProfile, container: str, job_label: str = V1_JOB_LABEL) -> dict[str, Any]:
+def _priority_patches(p: ClusterProfile) -> list[dict[str, Any]]:
+    """Jobs carry the cluster's default priority; a run may name another."""
+    if p.scheduler == "default":
+        return []
+    name = tenancy.default_priority(p)
+    if p.scheduler == "kueue":
+        label = "/metadata/labels/" + tenancy.PRIORITY_LABEL.replace("/", "~1")
+        ops = [{"op": "add", "path": label, "value": name}]
+        patches = [{"target": {"group": "kubeflow.org"}, "patch": dump(ops).rstrip("\n")}]
+        if p.trainer_v2:
+            patches.append(_inline("TrainJob", None, ops))
+        return patches
+    # Volcano: the operators give the job's PodGroup this PriorityClass.
+    ops = [
+        {
+            "op": "add",
+            "path": "/spec/runPolicy/schedulingPolicy/priorityClass",
+            "value": name,
+        }
+    ]
+    return [{"target": {"group": "kubeflow.org"}, "patch": dump(ops).rstrip("\n")}]
+
+
+# Kueue places two pod sets in the same topology domain when they share a group name;
+# a group is exactly two pod sets, one of them a single pod (a PyTorchJob's Master).
+PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
+
+
+def _pod_patch(
+    p: ClusterProfile, container: str, job_label: str = V1_JOB_LABEL, grouped: bool = False
+) -> dict[str, Any]:
     limits: dict[str, Any] = {
         "cpu": str(p.cpuPerPod),
         "memory": p.memoryPerPod,
@@ -469,8 +569,17 @@ def _pod_patch(p: ClusterProfile, container: str, job_label: str = V1_JOB_LABEL)
     spec["containers"] = [container_patch]
     spec["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": p.shmSize}}]
     template: dict[str, Any] = {"spec": spec}
+    annotations = {}
     if p.sriov and p.rdmaPerPod > 1:
-        template["metadata"] = {"annotations": {MULTUS_NETWORKS: _attachments(p)}}
+        annotations[MULTUS_NETWORKS] = _attachments(p)
+    if p.scheduler == "kueue" and p.topology and p.placement == "pack":
+        # Kueue places the pod set in one domain of the pack level when it fits, else
+        # in as few as it can (the next level up, and so on).
+        annotations[PREFERRED] = p.topologyKey
+        if grouped:
+            annotations[PODSET_GROUP] = "ranks"
+    if annotations:
+        template["metadata"] = {"annotations": annotations}
     return {"template": template}
 
 
@@ -506,6 +615,8 @@ def _placement(p: ClusterProfile, job_label: str) -> dict[str, Any]:
         # Only pods of the same job count: the key's value comes from the new pod.
         "matchLabelKeys": [job_label],
     }
+    if p.placement == "pack" and p.topologyKey == HOSTNAME:
+        return {}  # every pod takes a whole node: one node holds one pod of the job
     if p.placement == "pack":
         return {
             "affinity": {
@@ -538,7 +649,9 @@ def _torchrun_patch(p: ClusterProfile, replicas: tuple[str, ...]) -> str:
         "metadata": {"name": "any"},
         "spec": {
             "nprocPerNode": str(p.gpusPerNode),
-            "pytorchReplicaSpecs": {r: _pod_patch(p, "pytorch") for r in replicas},
+            "pytorchReplicaSpecs": {
+                r: _pod_patch(p, "pytorch", grouped=len(replicas) > 1) for r in replicas
+            },
         },
     }
     return _doc(p, doc)
@@ -573,6 +686,18 @@ def _runtime_patch(p: ClusterProfile, node: str, launcher: str | None = None) ->
         pod = {"template": {"spec": {"containers": [container]}}}
         jobs.append({"name": launcher, "template": {"spec": pod}})
     spec["template"] = {"spec": {"replicatedJobs": jobs}}
+    if (
+        p.scheduler == "volcano"
+        and p.topology
+        and p.placement == "pack"
+        and p.topologyKey != HOSTNAME
+    ):
+        # Volcano places the TrainJob's PodGroup inside one HyperNode of the pack level's
+        # tier when it can (soft), through the Trainer's PodGroup policy.
+        tier = volcano_tier(p.topology, p.topologyKey)
+        spec["podGroupPolicy"] = {
+            "volcano": {"networkTopology": {"mode": "soft", "highestTierAllowed": tier}}
+        }
     doc = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": RUNTIME,

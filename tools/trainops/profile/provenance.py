@@ -22,7 +22,9 @@ from trainops.profile.model import (
     GPUDIRECT,
     MPI_OPERATORS,
     NETWORKS,
+    OFED_SOURCES,
     PLACEMENTS,
+    RDMA_PROVIDERS,
     SCHEDULERS,
     TRAINERS,
     ClusterProfile,
@@ -39,6 +41,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "placement": PLACEMENTS,
     "trainer": TRAINERS,
     "mpiOperator": MPI_OPERATORS,
+    "rdmaProvider": RDMA_PROVIDERS,
+    "ofed": OFED_SOURCES,
 }
 _QUANTITY = re.compile(r"^(\d+)(\D*)$")
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

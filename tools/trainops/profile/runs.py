@@ -25,6 +25,7 @@ from typing import Any
 from trainops.errors import InputError
 from trainops.profile.model import ClusterProfile
 from trainops.profile.overlay import templates
+from trainops.profile.run_scope import RunScope, run_path, scope_ops
 from trainops.yamlio import dump
 
 TEMPLATES = {
@@ -93,6 +94,7 @@ class RunOptions:
     dataset_claim: str | None = None  # NAME[:PATH]
     prepare: str | None = None  # the data-preparation command, as a shell would split it
     failure_patterns: list[str] = field(default_factory=list)  # CAUSE=TEXT
+    scope: RunScope = field(default_factory=RunScope)  # team, priority, topology
 
 
 @dataclass
@@ -256,19 +258,23 @@ def generate_run(profile: ClusterProfile, name: str, options: RunOptions) -> dic
         ops.append(_add("/spec/trainer/env", launcher_env))
     elif launcher_env:
         ops += [_add(f"{path}/-", item) for path in shape.launcher_env for item in launcher_env]
+    ops += scope_ops(profile, template, kind, options.scope)
     patch = dump(ops)
     program = _program(template, command, options.args)
     if program is not None:
         patch += _args_ops(shape.args, program)
+    up = "../" * run_path(options.scope.team, name).count("/") + "../"
     doc: dict[str, Any] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "resources": [f"../../training/{template}"],
+        "resources": [f"{up}training/{template}"],
     }
     files = {}
     if prepare is not None and dataset is not None:
         doc["resources"].append("prepare.yaml")
         files["prepare.yaml"] = _prepare_job(name, dataset, prepare, run_image)
+    if options.scope.team:
+        doc["namespace"] = options.scope.team
     if image and kind != "TrainJob":
         doc["images"] = [_image_override(profile, image)]
     doc["patches"] = [

@@ -36,6 +36,8 @@ from trainops.profile.model import (
 )
 from trainops.profile.overlay import generate
 from trainops.profile.projects import render_projects
+from trainops.profile.run_apps import render_run_apps
+from trainops.profile.run_scope import run_path
 from trainops.profile.runs import RunOptions, check_run_name, generate_run
 from trainops.render.discover import KUSTOMIZATION_NAMES, display_path
 from trainops.yamlio import dump, load_yaml_mapping
@@ -43,6 +45,7 @@ from trainops.yamlio import dump, load_yaml_mapping
 PROFILE = "cluster.yaml"
 GENERATED_MARK = "# Generated from cluster.yaml by trainops."
 PROJECTS = Path("argocd/projects.yaml")
+RUN_APPS = Path("argocd/applicationsets/runs.yaml")
 
 
 @dataclass
@@ -247,24 +250,30 @@ def plan_set(root: Path, name: str, assignments: list[Assignment]) -> list[FileC
     where = display_path(path)
     profile = parse_profile(load_yaml_mapping(new, where), name, where, new)
     changes = [FileChange(path, old, new)] if new != old else []
-    return changes + plan_overlay(root, name, profile) + plan_projects(root, profile)
+    changes += plan_overlay(root, name, profile)
+    return changes + plan_projects(root, profile)
 
 
 def plan_projects(root: Path, edited: ClusterProfile | None = None) -> list[FileChange]:
-    """argocd/projects.yaml for the clusters under overlays/ (`edited` replacing its own
-    profile, or joining them when it is a new cluster)."""
+    """argocd/projects.yaml and the runs ApplicationSets for the clusters under overlays/
+    (`edited` replacing its own profile, or joining them when it is a new cluster)."""
     from trainops.config import load_project_config
 
-    path = root / PROJECTS
-    if not path.parent.is_dir():
+    if not (root / PROJECTS).parent.is_dir():
         return []
     profiles = [load_profile(p) for p in sorted((root / "overlays").glob(f"*/{PROFILE}"))]
     if edited is not None:
         profiles = [p for p in profiles if p.name != edited.name] + [edited]
         profiles.sort(key=lambda p: p.name)
-    text = render_projects(load_project_config(root).repo_url, profiles)
-    old = path.read_text() if path.is_file() else None
-    return [FileChange(path, old, text)] if old != text else []
+    repo_url = load_project_config(root).repo_url
+    changes = []
+    for relative, render in ((PROJECTS, render_projects), (RUN_APPS, render_run_apps)):
+        path = root / relative
+        text = render(repo_url, profiles)
+        old = path.read_text() if path.is_file() else None
+        if old != text:
+            changes.append(FileChange(path, old, text))
+    return changes
 
 
 def write_run(root: Path, cluster: str, run: str, options: RunOptions, force: bool) -> WriteResult:
@@ -281,7 +290,7 @@ def _write_run(
         raise InputError(f"no cluster {cluster!r}: overlays/{cluster}/{PROFILE} does not exist")
     profile = load_profile(overlay / PROFILE)
     files = generate_run(profile, run, options)
-    directory = overlay / "runs" / run
+    directory = overlay / run_path(options.scope.team, run)
     path = directory / "kustomization.yaml"
     if path.exists() and path.read_text() != files["kustomization.yaml"] and not force:
         raise InputError(

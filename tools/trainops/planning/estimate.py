@@ -1,4 +1,5 @@
-"""`trainops plan`: how long a run takes, whether the fabric keeps up, how often to save.
+"""How long a run takes, whether the fabric keeps up, how often to save, how much time
+failures cost and how many spare nodes hold it at its ETTR target.
 
 Plain arithmetic, shown so it can be checked by hand:
 
@@ -9,14 +10,19 @@ Plain arithmetic, shown so it can be checked by hand:
 - job failure rate = GPUs x (failures per 1000 GPU-hours) / 1000, MTBF its inverse;
 - Young/Daly checkpoint interval = sqrt(2 x C x MTBF) for a checkpoint write time C;
 - expected ETTR = 1 - C/interval - (interval/2 + restart time)/MTBF: time spent saving,
-  the half interval of work lost per failure on average, and the restart itself.
+  the half interval of work lost per failure on average, and the restart itself;
+- failure rates from published fleet data (`planning.failures`), spares from
+  `planning.spares`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from trainops.planning.failures import LLAMA3, FailureModel
+from trainops.planning.spares import ettr_with, spares_needed
 
 # Peak dense BF16 FLOP/s per GPU.
 PEAK_FLOPS = {
@@ -25,17 +31,6 @@ PEAK_FLOPS = {
     "H100-PCIe": 756e12,
     "H200": 989e12,
     "B200": 2.25e15,
-}
-
-# Failures per 1000 GPU-hours (low, high), the reference table this project started from.
-# Measure your own fleet and pass --failure-rate NAME=RATE.
-FAILURE_RATES = {
-    "gpu-xid-recoverable": (2.0, 5.0),
-    "gpu-off-bus-xid79": (0.5, 1.0),
-    "nic": (0.2, 0.5),
-    "oom-kill": (1.0, 3.0),
-    "kernel-panic": (0.1, 0.3),
-    "disk": (0.05, 0.1),
 }
 
 # Bytes per parameter in a checkpoint: BF16 weights, FP32 master weights, Adam's two moments.
@@ -68,7 +63,12 @@ class PlanInputs:
     checkpoint_bytes: float | None = None
     storage_gbytes_per_s: float = 10.0
     restart_seconds: float = 600.0
-    failure_rates: dict[str, float] = field(default_factory=dict)
+    failures: FailureModel = LLAMA3
+    # Assumed, not published: a GPU board or host replaced under warranty in about three
+    # days. Set the fleet's own.
+    repair_hours: float = 72.0
+    ettr_target: float = 0.9
+    spare_nodes: int | None = None  # the cluster profile's, to compare with what is needed
 
 
 @dataclass
@@ -86,15 +86,6 @@ class Plan:
             "reliability": self.reliability,
             "warnings": self.warnings,
         }
-
-
-def default_failure_rates(estimate: str = "mid") -> dict[str, float]:
-    pick = {
-        "low": lambda lo, hi: lo,
-        "high": lambda lo, hi: hi,
-        "mid": lambda lo, hi: (lo + hi) / 2,
-    }[estimate]
-    return {name: pick(*bounds) for name, bounds in FAILURE_RATES.items()}
 
 
 def make_plan(p: PlanInputs) -> Plan:
@@ -149,14 +140,27 @@ def make_plan(p: PlanInputs) -> Plan:
 
 
 def _reliability(p: PlanInputs, compute_seconds: float, warnings: list[str]) -> dict:
-    rates = p.failure_rates or default_failure_rates()
-    per_hour = p.gpus * sum(rates.values()) / 1000.0
+    model = p.failures
+    per_hour = p.gpus * model.rate / 1000.0
     mtbf = 3600.0 / per_hour if per_hour > 0 else math.inf
     size = p.checkpoint_bytes
     if size is None and p.params is not None:
         size = p.params * CHECKPOINT_BYTES_PER_PARAM
-    result = {
-        "failure_rates_per_1000_gpu_hours": rates,
+    result: dict = {
+        "failure_model": {
+            "name": model.name,
+            "source": model.source,
+            "classes": [
+                {
+                    "name": c.name,
+                    "per_1000_gpu_hours": c.rate,
+                    "takes_node_out": c.replaces_node,
+                    "counts": c.counts,
+                }
+                for c in model.classes
+            ],
+        },
+        "failure_rates_per_1000_gpu_hours": {c.name: c.rate for c in model.classes},
         "failures_per_hour": per_hour,
         "mtbf_hours": mtbf / 3600.0,
         "restart_seconds": p.restart_seconds,
@@ -164,7 +168,7 @@ def _reliability(p: PlanInputs, compute_seconds: float, warnings: list[str]) -> 
     if size is None:
         warnings.append(
             "no checkpoint size: give --params or --checkpoint-size for the "
-            "checkpoint interval and ETTR"
+            "checkpoint interval, ETTR and spares"
         )
         return result
     write = size / (p.storage_gbytes_per_s * 1e9)
@@ -181,6 +185,7 @@ def _reliability(p: PlanInputs, compute_seconds: float, warnings: list[str]) -> 
         expected_failures=failures,
         restart_budget=max(3, math.ceil(2 * failures)) if math.isfinite(failures) else None,
     )
+    result["spares"] = _spares(p, ettr, warnings)
     if write > mtbf / 2:
         warnings.append(
             f"a checkpoint takes {write:.0f}s but the job fails every {mtbf:.0f}s on average: "
@@ -193,3 +198,30 @@ def _reliability(p: PlanInputs, compute_seconds: float, warnings: list[str]) -> 
             "fifth of the run; shorten restarts or checkpoint faster"
         )
     return result
+
+
+def _spares(p: PlanInputs, ettr: float, warnings: list[str]) -> dict:
+    node_failures = p.gpus * p.failures.node_rate / 1000.0
+    plan = spares_needed(node_failures, p.repair_hours, ettr, p.ettr_target)
+    out = {
+        "ettr_target": p.ettr_target,
+        "repair_hours": p.repair_hours,
+        "node_failures_per_hour": node_failures,
+        "nodes_out_mean": plan.nodes_out_mean,
+        "needed": plan.needed,
+        "ettr_with_spares": plan.ettr,
+    }
+    if plan.needed is None:
+        warnings.append(
+            f"the run's ETTR ({ettr:.1%}) is below the target ({p.ettr_target:.0%}) before any "
+            "node waits for repair: spares cannot reach it; checkpoint faster or restart faster"
+        )
+    if p.spare_nodes is not None:
+        have = ettr_with(p.spare_nodes, node_failures, p.repair_hours, ettr)
+        out.update(profile_spare_nodes=p.spare_nodes, ettr_with_profile_spares=have)
+        if plan.needed is not None and p.spare_nodes < plan.needed:
+            warnings.append(
+                f"the cluster keeps {p.spare_nodes} spare nodes; this run needs {plan.needed} "
+                f"to hold {p.ettr_target:.0%} ETTR (spareNodes in cluster.yaml)"
+            )
+    return out

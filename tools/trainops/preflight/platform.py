@@ -1,10 +1,5 @@
-"""`trainops preflight`: does a live cluster provide what an overlay expects?
-
-The overlay's platform render says which namespaces, networks, claims, queues and
-custom resources must exist; its profile says which nodes, GPUs and RDMA devices
-training needs. Each check reads the API server (read-only) and passes, warns or
-fails with a fix.
-"""
+"""What the platform render says must exist: namespaces, Multus, CRDs, networks,
+claims, schedulable GPU nodes, queues and the GPU Operator."""
 
 from __future__ import annotations
 
@@ -12,6 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from trainops.admission.vap import guess_resource
 from trainops.kube import Cluster, NotFound, items
 from trainops.model import Document
 from trainops.profile.model import ClusterProfile
@@ -35,7 +31,15 @@ PLURALS = {
 }
 # Training jobs need these even though the platform overlay renders none.
 JOB_CRDS = ("pytorchjobs.kubeflow.org", "mpijobs.kubeflow.org")
-CLUSTER_SCOPED = {"ClusterPolicy", "ClusterQueue", "ResourceFlavor", "Queue"}
+CLUSTER_SCOPED = {
+    "ClusterPolicy",
+    "ClusterQueue",
+    "ResourceFlavor",
+    "Queue",
+    "Topology",
+    "WorkloadPriorityClass",
+    "NicClusterPolicy",
+}
 GPU = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
@@ -60,7 +64,7 @@ def _builtin(group: str) -> bool:
 
 
 def _plural(kind: str) -> str:
-    return PLURALS.get(kind, kind.lower() + "s")
+    return PLURALS.get(kind) or guess_resource(kind)
 
 
 def _path(doc: Document) -> str:
@@ -71,7 +75,7 @@ def _path(doc: Document) -> str:
     return f"/apis/{group}/{version}/namespaces/{doc.namespace}/{plural}/{doc.name}"
 
 
-def _get(cluster: Cluster, path: str) -> dict[str, Any] | None:
+def get_or_none(cluster: Cluster, path: str) -> dict[str, Any] | None:
     try:
         return cluster.get(path)
     except NotFound:
@@ -84,7 +88,7 @@ def check_namespaces(cluster: Cluster, docs: list[Document]) -> list[Check]:
     )
     checks = []
     for name in names:
-        found = _get(cluster, f"/api/v1/namespaces/{name}")
+        found = get_or_none(cluster, f"/api/v1/namespaces/{name}")
         checks.append(
             Check(
                 f"namespace {name}",
@@ -146,7 +150,9 @@ def crd_names(docs: list[Document]) -> list[str]:
 def check_crds(cluster: Cluster, docs: list[Document]) -> list[Check]:
     checks = []
     for name in crd_names(docs):
-        crd = _get(cluster, f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        crd = get_or_none(
+            cluster, f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+        )
         if crd is None:
             checks.append(
                 Check(
@@ -175,7 +181,7 @@ def check_crds(cluster: Cluster, docs: list[Document]) -> list[Check]:
 def check_networks(cluster: Cluster, docs: list[Document]) -> list[Check]:
     checks = []
     for doc in (d for d in docs if d.kind == "NetworkAttachmentDefinition"):
-        live = _get(cluster, _path(doc))
+        live = get_or_none(cluster, _path(doc))
         label = f"network {doc.namespace}/{doc.name}"
         if live is None:
             checks.append(
@@ -217,7 +223,7 @@ def check_claims(cluster: Cluster, docs: list[Document]) -> list[Check]:
     checks = []
     for doc in (d for d in docs if d.kind == "PersistentVolumeClaim"):
         label = f"pvc {doc.namespace}/{doc.name}"
-        live = _get(
+        live = get_or_none(
             cluster, f"/api/v1/namespaces/{doc.namespace}/persistentvolumeclaims/{doc.name}"
         )
         if live is None:
@@ -257,11 +263,16 @@ def _quantity(value: Any) -> int:
         return 0
 
 
-def check_nodes(cluster: Cluster, profile: ClusterProfile) -> list[Check]:
+def gpu_nodes(cluster: Cluster, profile: ClusterProfile) -> list[dict[str, Any]]:
+    """The nodes training pods may land on: those with the profile's GPU product label."""
     query = (
         {"labelSelector": f"{GPU_PRODUCT_LABEL}={profile.gpuProduct}"} if profile.gpuProduct else {}
     )
-    nodes = items(cluster, "/api/v1/nodes", **query)
+    return items(cluster, "/api/v1/nodes", **query)
+
+
+def check_nodes(cluster: Cluster, profile: ClusterProfile) -> list[Check]:
+    nodes = gpu_nodes(cluster, profile)
     wanted = [(GPU, profile.gpusPerNode)]
     if profile.rdma:
         wanted.append((profile.rdmaResource, profile.rdmaPerPod))
@@ -317,7 +328,7 @@ def check_queues(cluster: Cluster, docs: list[Document]) -> list[Check]:
         )
         if not queue:
             continue
-        found = _get(cluster, _path(doc))
+        found = get_or_none(cluster, _path(doc))
         label = f"queue {doc.kind}/{doc.name}"
         checks.append(
             Check(
@@ -348,7 +359,7 @@ def check_gpu_operator(cluster: Cluster, docs: list[Document]) -> list[Check]:
     checks = []
     policies = [d for d in docs if d.kind == "ClusterPolicy"] or [CHART_CLUSTER_POLICY]
     for doc in policies:
-        live = _get(cluster, _path(doc))
+        live = get_or_none(cluster, _path(doc))
         if live is None:
             checks.append(
                 Check(
@@ -372,16 +383,3 @@ def check_gpu_operator(cluster: Cluster, docs: list[Document]) -> list[Check]:
             )
         )
     return checks
-
-
-def run_checks(cluster: Cluster, profile: ClusterProfile, docs: list[Document]) -> list[Check]:
-    return [
-        *check_namespaces(cluster, docs),
-        *check_multus(cluster),
-        *check_crds(cluster, docs),
-        *check_networks(cluster, docs),
-        *check_claims(cluster, docs),
-        *check_nodes(cluster, profile),
-        *check_queues(cluster, docs),
-        *check_gpu_operator(cluster, docs),
-    ]

@@ -1,0 +1,224 @@
+"""Tenancy: a run stays in its team's namespace, queue and priorities, attaches only the
+approved network and pulls only from the approved registries.
+
+The facts come from the render, as the cluster's admission policy sees them: the
+`trainops-runs` ConfigMap of the job's namespace (generated from the profile,
+`trainops.profile.tenancy.params`) says which team owns the namespace, its queue,
+priorities, networks and registries. A run's directory adds what admission cannot
+see: `overlays/<cluster>/teams/<team>/runs/<run>/` belongs to that team.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from trainops.model import ERROR, Document
+from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
+from trainops.policy.pods import REPLICA_FIELDS, PodTemplate, mapping
+from trainops.profile.tenancy import PARAMS, PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL
+
+JOB_KINDS = (*REPLICA_FIELDS, "TrainJob")
+NETWORKS = "k8s.v1.cni.cncf.io/networks"
+VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
+SCHEDULING = ("spec", "runPolicy", "schedulingPolicy")
+SCHEDULER_LABEL = "trainops.dev/scheduler"  # set by base/components/scheduler/*
+
+
+def params(ctx: Context, namespace: str) -> dict[str, str] | None:
+    """The tenancy parameters of `namespace`, when the render (or the platform) has them."""
+    found = ctx.find("ConfigMap", PARAMS, namespace or "default")
+    if found is None:
+        return None
+    data = mapping(found.obj.get("data"))
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def _list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def job_pod(pod: PodTemplate) -> bool:
+    """Pods of the training job kinds, which the cluster's admission policy matches (a
+    platform CronJob holding a GPU is not a run)."""
+    return pod.training
+
+
+def directory_team(ctx: Context) -> str | None:
+    """The team whose directory a run lives in: overlays/<cluster>/teams/<team>/runs/<run>."""
+    parts = ctx.target.path.replace("\\", "/").split("/")
+    for index in range(len(parts) - 2):
+        if parts[index] == "teams" and parts[index + 2] == "runs":
+            return parts[index + 1]
+    return None
+
+
+@resource_rule(
+    id="run-team-namespace",
+    severity=ERROR,
+    title="A team's run stays in the team's namespace and says whose it is",
+    why="Each team's runs sync into its own namespace under its own Argo CD project, and its "
+    "queue holds its quota. A run in one team's directory that names another namespace either "
+    "fails its sync (the project refuses the namespace) or, applied by hand, spends the other "
+    "team's quota; the admission policy refuses a job whose team label is not its namespace's.",
+    fix="Leave metadata.namespace to the run's kustomization (namespace: <team>) and keep the "
+    "label trainops.dev/team: <team>; `trainops new-run CLUSTER RUN --team TEAM` writes both.",
+    kinds=JOB_KINDS,
+)
+def run_team_namespace(doc: Document, ctx: Context) -> Iterator[Violation]:
+    team = directory_team(ctx)
+    namespace = doc.namespace or "default"
+    if team is not None and namespace != team:
+        yield Violation(
+            f"the run is in team {team}'s directory but its job is in namespace {namespace}",
+            ("metadata", "namespace"),
+        )
+    owner = (params(ctx, namespace) or {}).get("team")
+    label = mapping(doc.metadata.get("labels")).get(TEAM_LABEL)
+    if owner and label != owner:
+        shown = f"label {TEAM_LABEL}: {label}" if label else f"no {TEAM_LABEL} label"
+        yield Violation(
+            f"namespace {namespace} belongs to team {owner}, but the job has {shown}",
+            ("metadata", "labels"),
+        )
+
+
+def _scheduler(doc: Document) -> str:
+    """The scheduler the job's cluster runs, as the scheduler component labels it."""
+    return str(mapping(doc.metadata.get("labels")).get(SCHEDULER_LABEL, ""))
+
+
+def _job_queue(doc: Document, ctx: Context) -> tuple[str | None, tuple[Any, ...]]:
+    """The queue a job waits in, and where it says so."""
+    labels = mapping(doc.metadata.get("labels"))
+    spec = mapping(doc.obj.get("spec"))
+    if _scheduler(doc) != "volcano":
+        value = labels.get(QUEUE_LABEL)
+        return (str(value) if value else None), ("metadata", "labels", QUEUE_LABEL)
+    if doc.kind != "TrainJob":
+        value = mapping(mapping(spec.get("runPolicy")).get("schedulingPolicy")).get("queue")
+        return (str(value) if value else None), (*SCHEDULING, "queue")
+    # The Trainer takes the runtime's template annotation, then the TrainJob's patches'.
+    found: tuple[str | None, tuple[Any, ...]] = (None, ("spec", "runtimePatches"))
+    runtime = ctx.runtime_for(doc)
+    if runtime is not None:
+        template = mapping(mapping(runtime.obj.get("spec")).get("template"))
+        value = mapping(mapping(template.get("metadata")).get("annotations")).get(VOLCANO_QUEUE)
+        if value:
+            found = (str(value), ("spec", "runtimeRef"))
+    for index, patch in enumerate(spec.get("runtimePatches") or []):
+        template = mapping(mapping(mapping(patch).get("trainingRuntimeSpec")).get("template"))
+        value = mapping(mapping(template.get("metadata")).get("annotations")).get(VOLCANO_QUEUE)
+        if value:
+            where = ("spec", "runtimePatches", index, "trainingRuntimeSpec", "template")
+            found = (str(value), (*where, "metadata", "annotations", VOLCANO_QUEUE))
+    return found
+
+
+@resource_rule(
+    id="run-team-queue",
+    severity=ERROR,
+    title="Jobs queue in their namespace's queue",
+    why="A team's quota is its queue. A job that names another team's queue (a Kueue "
+    "LocalQueue of another namespace does not exist here; a Volcano queue is cluster-wide) "
+    "either waits forever or runs on the other team's quota, and the admission policy refuses "
+    "it.",
+    fix="Drop the queue override: the run's team (new-run --team) sets the queue.",
+    kinds=JOB_KINDS,
+)
+def run_team_queue(doc: Document, ctx: Context) -> Iterator[Violation]:
+    wanted = (params(ctx, doc.namespace or "default") or {}).get("queue")
+    if not wanted or _scheduler(doc) not in ("kueue", "volcano"):
+        return
+    queue, path = _job_queue(doc, ctx)
+    if queue != wanted:
+        shown = f"queue {queue}" if queue else "no queue"
+        yield Violation(
+            f"jobs in namespace {doc.namespace or 'default'} queue in {wanted}; this one names "
+            f"{shown}",
+            path,
+        )
+
+
+@resource_rule(
+    id="run-priority-allowed",
+    severity=ERROR,
+    title="Jobs use a priority their team may use",
+    why="Priorities decide who preempts whom: a team that may only run best-effort jobs and "
+    "labels one urgent evicts other teams' work. The admission policy refuses it.",
+    fix="Pick one of the team's priorities (teams[].priorities in cluster.yaml): "
+    "`trainops new-run ... --priority NAME`.",
+    kinds=JOB_KINDS,
+)
+def run_priority_allowed(doc: Document, ctx: Context) -> Iterator[Violation]:
+    allowed = _list((params(ctx, doc.namespace or "default") or {}).get("priorities", ""))
+    scheduler = _scheduler(doc)
+    if not allowed or scheduler not in ("kueue", "volcano"):
+        return
+    if scheduler == "kueue":
+        path: tuple[Any, ...] = ("metadata", "labels", PRIORITY_LABEL)
+        name = mapping(doc.metadata.get("labels")).get(PRIORITY_LABEL)
+    elif doc.kind == "TrainJob":
+        return  # Volcano: a TrainJob's PodGroup takes its runtime's priority
+    else:
+        path = (*SCHEDULING, "priorityClass")
+        policy = mapping(
+            mapping(mapping(doc.obj.get("spec")).get("runPolicy")).get("schedulingPolicy")
+        )
+        name = policy.get("priorityClass")
+    if name not in allowed:
+        yield Violation(
+            f"priority {name or '(none)'} is not one of {', '.join(allowed)} allowed in "
+            f"namespace {doc.namespace or 'default'}",
+            path,
+        )
+
+
+@pod_rule(
+    id="network-attachment-approved",
+    severity=ERROR,
+    title="Pods attach only the cluster's training network, from their own namespace",
+    why="An attachment names a NetworkAttachmentDefinition, and through it a CNI plugin, host "
+    "interfaces and an address range. One from another namespace, or one the platform did not "
+    "define, can put a pod on another team's or the hosts' network; the admission policy "
+    "refuses it.",
+    fix="Attach training-net (the cluster's network, copied into every team's namespace) and "
+    "nothing else; the template's annotation already does.",
+    applies=job_pod,
+)
+def network_attachment_approved(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    approved = _list((params(ctx, pod.doc.namespace or "default") or {}).get("networks", ""))
+    value = pod.annotations.get(NETWORKS)
+    if not approved or value is None:
+        return
+    for entry in str(value).split(","):
+        if entry.strip() not in approved:
+            yield Violation(
+                f"attachment {entry.strip()!r} is not one of the approved {', '.join(approved)}",
+                (*pod.path[:-1], "metadata", "annotations", NETWORKS),
+            )
+
+
+@pod_rule(
+    id="image-registry-approved",
+    severity=ERROR,
+    title="Training images come from the cluster's registries",
+    why="A training pod holds the team's data and the cluster's GPUs and network; an image "
+    "from anywhere runs whatever its publisher put in it. The cluster names its registries "
+    "(registries in cluster.yaml) and the admission policy refuses the others.",
+    fix="Push the image to one of the approved registries, or add the registry to the "
+    "profile's registries (a platform change, reviewed as such).",
+    applies=job_pod,
+)
+def image_registry_approved(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    approved = _list((params(ctx, pod.doc.namespace or "default") or {}).get("registries", ""))
+    if not approved:
+        return
+    for section in ("containers", "initContainers"):
+        for index, container in enumerate(pod.spec.get(section) or []):
+            image = str(mapping(container).get("image", ""))
+            if not any(image.startswith(prefix) for prefix in approved):
+                yield Violation(
+                    f"image {image} is not from {', '.join(approved)}",
+                    (*pod.path, section, index, "image"),
+                )

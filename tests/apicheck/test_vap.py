@@ -1,0 +1,334 @@
+"""ValidatingAdmissionPolicies evaluated offline with the real CEL runtime, against the
+semantics of the API server's admission (the API server itself cannot run here): matching,
+parameters, variables, messages, failure policies and validation actions; and the policy
+trainops generates for a cluster, on the runs new-run writes and on runs it must refuse."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from trainops.admission.vap import PolicySet, guess_resource
+from trainops.profile import admission, tenancy
+from trainops.profile.model import parse_profile
+
+JOB = {
+    "apiVersion": "kubeflow.org/v1",
+    "kind": "PyTorchJob",
+    "metadata": {"name": "llama", "namespace": "vision", "labels": {"team": "vision"}},
+    "spec": {},
+}
+
+
+def policy(validations, **spec) -> dict:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "p"},
+        "spec": {
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["kubeflow.org"],
+                        "apiVersions": ["*"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["pytorchjobs"],
+                    }
+                ]
+            },
+            "validations": validations,
+            **spec,
+        },
+    }
+
+
+def binding(**spec) -> dict:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "b"},
+        "spec": {"policyName": "p", "validationActions": ["Deny"], **spec},
+    }
+
+
+def params(name: str, namespace: str, **data: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"kind": "team"}},
+        "data": data,
+    }
+
+
+def denials(docs, obj=JOB):
+    return [d.message for d in PolicySet(docs).denials(copy.deepcopy(obj))]
+
+
+def test_message_expression_then_message_then_the_expression():
+    failing = "object.metadata.name == 'other'"
+    assert denials(
+        [
+            policy(
+                [{"expression": failing, "messageExpression": "'name ' + object.metadata.name"}]
+            ),
+            binding(),
+        ]
+    ) == ["name llama"]
+    # A message expression that errors or is empty gives way to the message.
+    assert denials(
+        [
+            policy([{"expression": failing, "message": "static", "messageExpression": "''"}]),
+            binding(),
+        ]
+    ) == ["static"]
+    assert denials([policy([{"expression": failing}]), binding()]) == [
+        f"failed expression: {failing}"
+    ]
+    full = PolicySet([policy([{"expression": failing}]), binding()]).denials(JOB)[0].text
+    assert full.startswith("ValidatingAdmissionPolicy 'p' with binding 'b' denied request: ")
+
+
+def test_rules_match_group_version_resource_and_operation():
+    always_false = [{"expression": "false", "message": "no"}]
+    docs = [policy(always_false), binding()]
+    assert denials(docs) == ["no"]
+    assert denials(docs, {**JOB, "kind": "MPIJob"}) == []  # resource mpijobs
+    assert denials(docs, {**JOB, "apiVersion": "other.org/v1"}) == []
+    assert PolicySet(docs).denials(JOB, operation="DELETE") == []
+    excluded = policy(
+        always_false,
+        matchConstraints={
+            "resourceRules": policy([])["spec"]["matchConstraints"]["resourceRules"],
+            "excludeResourceRules": [
+                {
+                    "apiGroups": ["*"],
+                    "apiVersions": ["*"],
+                    "operations": ["*"],
+                    "resources": ["pytorchjobs"],
+                    "resourceNames": ["llama"],
+                }
+            ],
+        },
+    )
+    assert denials([excluded, binding()]) == []
+    assert guess_resource("NetworkPolicy") == "networkpolicies"
+    assert guess_resource("Ingress") == "ingresses"
+
+
+def test_bindings_select_namespaces_by_their_labels_and_name():
+    docs = [policy([{"expression": "false", "message": "no"}])]
+    selector = {"namespaceSelector": {"matchLabels": {"tier": "teams"}}}
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vision"}}
+    assert denials([*docs, binding(matchResources=selector), namespace]) == []
+    labelled = copy.deepcopy(namespace)
+    labelled["metadata"]["labels"] = {"tier": "teams"}
+    assert denials([*docs, binding(matchResources=selector), labelled]) == ["no"]
+    # Every namespace carries kubernetes.io/metadata.name, set by the API server.
+    by_name = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "vision"}}}
+    assert denials([*docs, binding(matchResources=by_name)]) == ["no"]
+    # An object selector narrows further; a binding without rules narrows nothing else.
+    objects = {"objectSelector": {"matchLabels": {"team": "nlp"}}}
+    assert denials([*docs, binding(matchResources=objects)]) == []
+
+
+def test_params_in_the_requests_namespace_by_name_or_selector_and_when_missing():
+    check = [
+        {
+            "expression": "object.metadata.labels.team == params.data.team",
+            "messageExpression": "'team ' + params.data.team",
+        }
+    ]
+    parameterised = policy(check, paramKind={"apiVersion": "v1", "kind": "ConfigMap"})
+    by_name = binding(paramRef={"name": "owner", "parameterNotFoundAction": "Deny"})
+    assert denials([parameterised, by_name, params("owner", "vision", team="vision")]) == []
+    assert denials([parameterised, by_name, params("owner", "vision", team="nlp")]) == ["team nlp"]
+    # Another namespace's parameters are not this request's.
+    assert denials([parameterised, by_name, params("owner", "nlp", team="vision")]) == [
+        "no params found for policy binding with `owner`"
+    ]
+    allow = binding(paramRef={"name": "owner", "parameterNotFoundAction": "Allow"})
+    assert denials([parameterised, allow]) == []
+    selected = binding(
+        paramRef={"selector": {"matchLabels": {"kind": "team"}}, "parameterNotFoundAction": "Deny"}
+    )
+    both = [params("a", "vision", team="vision"), params("b", "vision", team="nlp")]
+    assert denials([parameterised, selected, *both]) == ["team nlp"]  # each param set judged
+
+
+def test_variables_conditions_and_failure_policies():
+    variables = [
+        {"name": "labels", "expression": "object.metadata.labels"},
+        {"name": "team", "expression": "variables.labels.team"},
+        {"name": "broken", "expression": "object.spec.missing.field"},
+    ]
+    fine = {"expression": "variables.team == 'vision'", "message": "team"}
+    reads_broken = {"expression": "variables.broken == 1", "message": "broken"}
+    docs = [policy([fine], variables=variables), binding()]
+    assert denials(docs) == []  # a failing variable no validation reads is harmless
+    docs = [policy([fine, reads_broken], variables=variables), binding()]
+    [message] = denials(docs)
+    assert "object.spec.missing.field" in message and "resulted in error" in message
+    ignored = policy([fine, reads_broken], variables=variables, failurePolicy="Ignore")
+    assert denials([ignored, binding()]) == []
+    skip = policy(
+        [{"expression": "false", "message": "no"}],
+        matchConditions=[
+            {"name": "only-nlp", "expression": "object.metadata.labels.team == 'nlp'"}
+        ],
+    )
+    assert denials([skip, binding()]) == []
+
+
+def test_validation_actions_say_what_a_denial_is():
+    docs = [policy([{"expression": "false", "message": "no"}]), binding(validationActions=["Warn"])]
+    [denial] = PolicySet(docs).denials(JOB)
+    assert denial.actions == ("Warn",)
+
+
+def test_a_policy_using_an_api_server_only_library_is_reported_not_passed():
+    docs = [
+        policy([{"expression": "authorizer.requestResource.check('create').allowed()"}]),
+        binding(),
+    ]
+    policies = PolicySet(docs)
+    assert "p" in policies.problems and "cannot be compiled here" in policies.problems["p"]
+    assert not policies  # not evaluated, and said so
+
+
+# -- the policy trainops generates ----------------------------------------------------------
+
+
+def cluster(scheduler: str):
+    return parse_profile(
+        {
+            "fabric": "roce",
+            "rdmaResource": "nvidia.com/roce_vf",
+            "gpusPerNode": 8,
+            "nodes": 8,
+            "image": "ghcr.io/example-org/trainer:1.0.0",
+            "storageClass": "cephfs",
+            "scheduler": scheduler,
+            "trainer": "both",
+            "teams": [
+                {"name": "vision", "gpus": 32, "priorities": ["best-effort", "standard"]},
+                {"name": "nlp", "gpus": 16},
+            ],
+        },
+        "east",
+    )
+
+
+def platform(profile) -> list[dict]:
+    docs = admission.documents(profile)
+    for team in profile.teams:
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": team.name, "labels": {tenancy.TENANT_LABEL: team.name}},
+            }
+        )
+        docs.append(tenancy.params(profile, team.namespace, team))
+    return docs
+
+
+def team_job(scheduler: str, **change) -> dict:
+    pod = {
+        "metadata": {"annotations": {"k8s.v1.cni.cncf.io/networks": "training-net"}},
+        "spec": {"containers": [{"name": "pytorch", "image": "ghcr.io/example-org/trainer:1.0.0"}]},
+    }
+    labels = {tenancy.TEAM_LABEL: "vision"}
+    spec: dict = {"pytorchReplicaSpecs": {"Master": {"template": pod}, "Worker": {"template": pod}}}
+    if scheduler == "kueue":
+        labels.update({tenancy.QUEUE_LABEL: "vision", tenancy.PRIORITY_LABEL: "standard"})
+    else:
+        spec["runPolicy"] = {"schedulingPolicy": {"queue": "vision", "priorityClass": "standard"}}
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "vit", "namespace": "vision", "labels": labels},
+        "spec": spec,
+    }
+    job = copy.deepcopy(job)
+    for path, value in change.items():
+        node = job
+        *steps, last = path.split("__")
+        for step in steps:
+            node = node[step]
+        node[last] = value
+    return job
+
+
+def _pods(job: dict) -> list[dict]:
+    return [r["template"] for r in job["spec"]["pytorchReplicaSpecs"].values()]
+
+
+@pytest.mark.parametrize("scheduler", ["kueue", "volcano"])
+def test_the_generated_policy_admits_a_team_run_and_refuses_reaching_outside_it(scheduler):
+    profile = cluster(scheduler)
+    docs = platform(profile)
+    assert PolicySet(docs).problems == {}
+    assert denials(docs, team_job(scheduler)) == []
+    other_namespace = team_job(scheduler, metadata__namespace="nlp")
+    assert denials(docs, other_namespace) == [
+        "namespace nlp belongs to team nlp: its jobs carry the label trainops.dev/team: nlp"
+    ]
+    if scheduler == "kueue":
+        queue = team_job(scheduler, metadata__labels={
+            tenancy.TEAM_LABEL: "vision", tenancy.QUEUE_LABEL: "nlp",
+            tenancy.PRIORITY_LABEL: "standard"})  # fmt: skip
+        urgent = team_job(scheduler, metadata__labels={
+            tenancy.TEAM_LABEL: "vision", tenancy.QUEUE_LABEL: "vision",
+            tenancy.PRIORITY_LABEL: "urgent"})  # fmt: skip
+    else:
+        queue = team_job(scheduler)
+        queue["spec"]["runPolicy"]["schedulingPolicy"]["queue"] = "nlp"
+        urgent = team_job(scheduler)
+        urgent["spec"]["runPolicy"]["schedulingPolicy"]["priorityClass"] = "urgent"
+    assert [m for m in denials(docs, queue) if "queue in" in m], denials(docs, queue)
+    assert [m for m in denials(docs, urgent) if "priorities best-effort,standard" in m]
+    network = team_job(scheduler)
+    _pods(network)[1]["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] = (
+        "training-net, kube-system/host-net"
+    )
+    assert denials(docs, network) == [
+        "pods attach only the approved networks training-net,vision/training-net"
+    ]
+    registry = team_job(scheduler)
+    _pods(registry)[0]["spec"]["containers"][0]["image"] = "docker.io/someone/miner:1"
+    assert denials(docs, registry) == ["images come from ghcr.io/example-org/"]
+    privileged = team_job(scheduler)
+    _pods(privileged)[0]["spec"]["containers"][0]["securityContext"] = {
+        "capabilities": {"add": ["IPC_LOCK", "SYS_ADMIN"]}
+    }
+    [message] = denials(docs, privileged)
+    assert message.startswith("training pods take no privilege")
+
+
+def test_a_volcano_team_trainjob_must_name_its_queue_in_a_runtime_patch():
+    profile = cluster("volcano")
+    docs = platform(profile)
+    trainjob = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {
+            "name": "bert",
+            "namespace": "vision",
+            "labels": {tenancy.TEAM_LABEL: "vision"},
+        },
+        "spec": {"runtimeRef": {"name": "torch-distributed-roce"}, "trainer": {"numNodes": 2}},
+    }
+    assert denials(docs, trainjob) == ["jobs in namespace vision queue in Volcano queue vision"]
+    patched = copy.deepcopy(trainjob)
+    patched["spec"]["runtimePatches"] = [
+        {
+            "manager": "trainops.dev/team",
+            "trainingRuntimeSpec": {
+                "template": {
+                    "metadata": {"annotations": {"scheduling.volcano.sh/queue-name": "vision"}}
+                }
+            },
+        }
+    ]
+    assert denials(docs, patched) == []

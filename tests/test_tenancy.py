@@ -1,0 +1,338 @@
+"""Clusters many teams share: new-cluster --teams on Kueue and Volcano, runs per team, and
+what keeps one team's run out of another team's namespace, queue, networks and
+registries, both as `validate`'s rules and as the cluster's generated admission policy
+evaluated offline (the API server that would run it cannot exist here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.workspace import commit, make_workspace
+from trainops.diff.apps import application_paths
+from trainops.model import Document
+
+IMAGE = "ghcr.io/example-org/trainops-trainer:0.1.0"
+KUEUE = [
+    "--fabric", "roce", "--gpus-per-node", "8", "--nodes", "12", "--rdma-per-pod", "2",
+    "--gid-index", "3", "--rdma-resource", "nvidia.com/roce_vf", "--storage-class", "cephfs",
+    "--scheduler", "kueue", "--gpu-product", "NVIDIA-H100-80GB-HBM3", "--image", IMAGE,
+    "--teams", "vision=32,nlp=48", "--spare-nodes", "1",
+    "--topology", "topology.kubernetes.io/zone=12,topology.kubernetes.io/rack=4",
+    "--topology-key", "topology.kubernetes.io/rack",
+]  # fmt: skip
+VOLCANO = [
+    "--fabric", "ib", "--gpus-per-node", "8", "--nodes", "16", "--rdma-per-pod", "4",
+    "--rdma-resource", "nvidia.com/ib_vf", "--storage-class", "lustre", "--scheduler", "volcano",
+    "--trainer", "both", "--gpu-product", "NVIDIA-H200", "--image", IMAGE,
+    "--teams", "vision=64,nlp=48", "--spare-nodes", "2",
+    "--topology", "example.com/block=8,topology.kubernetes.io/rack=4",
+    "--topology-key", "topology.kubernetes.io/rack",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One repository with a two-team Kueue cluster and a two-team Volcano cluster, and a
+    run per team on each."""
+    base = tmp_path_factory.mktemp("tenancy")
+    root = make_workspace(base / "repo")
+
+    def cli(*args: str) -> None:
+        environment = {**os.environ, "TRAINOPS_CACHE_DIR": str(base / "cache")}
+        done = subprocess.run(
+            [sys.executable, "-m", "trainops", *args],
+            cwd=root,
+            env=environment,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+
+    cli("new-cluster", "gpu-east", *KUEUE)
+    cli("new-cluster", "gpu-west", *VOLCANO)
+    cli("new-run", "gpu-east", "vit-0412", "--team", "vision", "--nodes", "4", "--priority",
+        "urgent", "--topology", "required:topology.kubernetes.io/rack")  # fmt: skip
+    cli("new-run", "gpu-east", "bert-0412", "--team", "nlp", "--template", "mpijob", "--nodes", "2")
+    cli("new-run", "gpu-west", "vit-0413", "--team", "vision", "--nodes", "4")
+    cli(
+        "new-run",
+        "gpu-west",
+        "bert-0413",
+        "--team",
+        "nlp",
+        "--template",
+        "trainjob",
+        "--nodes",
+        "2",
+    )
+    commit(root, "two shared clusters")
+    return root
+
+
+def findings(trainops, root: Path, *paths: str) -> list[dict]:
+    run = trainops("validate", "--format", "json", *paths, cwd=root)
+    assert run.code in (0, 1), run.err
+    return json.loads(run.out)["findings"]
+
+
+def errors(trainops, root: Path, *paths: str) -> list[dict]:
+    return [f for f in findings(trainops, root, *paths) if f["severity"] == "error"]
+
+
+def rendered(trainops, root: Path, path: str) -> list[dict]:
+    run = trainops("render", "--format", "json", path, cwd=root)
+    assert run.code == 0, run.err
+    return [r["object"] for r in json.loads(run.out)]
+
+
+def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
+    return {
+        f"{d['metadata'].get('namespace', '')}/{d['metadata']['name']}".lstrip("/"): d
+        for d in docs
+        if d["kind"] == kind
+    }
+
+
+@pytest.mark.parametrize("cluster", ["gpu-east", "gpu-west"])
+def test_two_team_clusters_and_their_runs_validate_clean(trainops, shared, cluster):
+    """Every object of the platform, the templates and each team's run passes the schemas,
+    the API server's and operators' checks (Kueue's webhook included) and the policies."""
+    assert errors(trainops, shared, f"overlays/{cluster}") == []
+
+
+def test_kueue_teams_get_namespaces_queues_in_one_cohort_priorities_and_topology(trainops, shared):
+    docs = rendered(trainops, shared, "overlays/gpu-east")
+    queues = by_kind(docs, "ClusterQueue")
+    assert set(queues) == {"training", "vision", "nlp"}
+    assert {q["spec"]["cohortName"] for q in queues.values()} == {"gpu-east"}
+    gpus = {
+        name: next(
+            r["nominalQuota"]
+            for r in q["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+            if r["name"] == "nvidia.com/gpu"
+        )
+        for name, q in queues.items()
+    }
+    # 12 nodes, one spare: 88 GPUs in quotas, the platform's queue holds what teams leave.
+    assert gpus == {"vision": "32", "nlp": "48", "training": "8"}
+    for team in ("vision", "nlp"):
+        assert queues[team]["spec"]["namespaceSelector"]["matchLabels"] == {
+            "kubernetes.io/metadata.name": team
+        }
+        assert queues[team]["spec"]["preemption"] == {
+            "withinClusterQueue": "LowerPriority",
+            "reclaimWithinCohort": "Any",
+        }
+        assert by_kind(docs, "LocalQueue")[f"{team}/{team}"]["spec"]["clusterQueue"] == team
+        namespace = by_kind(docs, "Namespace")[team]["metadata"]["labels"]
+        assert namespace["pod-security.kubernetes.io/enforce"] == "baseline"
+        assert (
+            by_kind(docs, "ServiceAccount")[f"{team}/default"]["automountServiceAccountToken"]
+            is False
+        )
+        assert f"{team}/checkpoints" in by_kind(docs, "PersistentVolumeClaim")
+        assert f"{team}/training-net" in by_kind(docs, "NetworkAttachmentDefinition")
+    priorities = {n: d["value"] for n, d in by_kind(docs, "WorkloadPriorityClass").items()}
+    assert priorities == {"urgent": 10000, "standard": 1000, "best-effort": 100}
+    [topology] = by_kind(docs, "Topology").values()
+    assert [lvl["nodeLabel"] for lvl in topology["spec"]["levels"]] == [
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/rack",
+        "kubernetes.io/hostname",
+    ]
+    assert by_kind(docs, "ResourceFlavor")["gpu"]["spec"]["topologyName"] == "gpu-east"
+
+
+def test_a_team_run_is_in_its_namespace_queue_priority_and_topology(trainops, shared):
+    [job] = rendered(trainops, shared, "overlays/gpu-east/teams/vision/runs/vit-0412")
+    assert job["metadata"]["namespace"] == "vision"
+    labels = job["metadata"]["labels"]
+    assert labels["trainops.dev/team"] == "vision"
+    assert labels["kueue.x-k8s.io/queue-name"] == "vision"
+    assert labels["kueue.x-k8s.io/priority-class"] == "urgent"
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        annotations = replica["template"]["metadata"]["annotations"]
+        assert annotations["kueue.x-k8s.io/podset-required-topology"] == (
+            "topology.kubernetes.io/rack"
+        )
+        assert "kueue.x-k8s.io/podset-preferred-topology" not in annotations
+        assert annotations["kueue.x-k8s.io/podset-group-name"] == "ranks"
+
+
+def test_volcano_teams_get_queues_with_deserved_quota_and_the_capacity_plugin(trainops, shared):
+    docs = rendered(trainops, shared, "overlays/gpu-west")
+    queues = by_kind(docs, "Queue")
+    assert queues["vision"]["spec"]["deserved"] == {"nvidia.com/gpu": "64"}
+    assert queues["nlp"]["spec"]["deserved"] == {"nvidia.com/gpu": "48"}
+    assert queues["training"]["spec"]["deserved"] == {"nvidia.com/gpu": "0"}  # 14 usable nodes
+    assert {n: d["value"] for n, d in by_kind(docs, "PriorityClass").items()} == {
+        "urgent": 10000,
+        "standard": 1000,
+        "best-effort": 100,
+    }
+    runtime = by_kind(docs, "ClusterTrainingRuntime")["torch-distributed-ib"]
+    assert runtime["spec"]["podGroupPolicy"]["volcano"]["networkTopology"] == {
+        "mode": "soft",
+        "highestTierAllowed": 1,  # the rack: the first HyperNode tier above the nodes
+    }
+    values = yaml.safe_load((shared / "overlays/gpu-west/addons/volcano.yaml").read_text())
+    scheduler = yaml.safe_load(values["custom"]["scheduler_config_override"])
+    plugins = [p["name"] for tier in scheduler["tiers"] for p in tier["plugins"]]
+    assert "capacity" in plugins and "proportion" not in plugins
+    assert "network-topology-aware" in plugins
+    assert "reclaim" in scheduler["actions"] and "preempt" in scheduler["actions"]
+    [trainjob] = rendered(trainops, shared, "overlays/gpu-west/teams/nlp/runs/bert-0413")
+    [patch] = trainjob["spec"]["runtimePatches"]
+    annotations = patch["trainingRuntimeSpec"]["template"]["metadata"]["annotations"]
+    assert annotations == {"scheduling.volcano.sh/queue-name": "nlp"}
+
+
+def test_argo_cd_gives_each_team_a_project_and_runs_application_set_of_its_own(trainops, shared):
+    projects = {
+        p["metadata"]["name"]: p["spec"]
+        for p in yaml.safe_load_all((shared / "argocd/projects.yaml").read_text())
+    }
+    vision = projects["trainops-team-vision"]
+    assert vision["destinations"] == [
+        {"name": "gpu-east", "namespace": "vision"},
+        {"name": "gpu-west", "namespace": "vision"},
+    ]
+    assert vision["clusterResourceWhitelist"] == []
+    assert {k["kind"] for k in vision["namespaceResourceWhitelist"]} <= {
+        "PyTorchJob",
+        "MPIJob",
+        "TFJob",
+        "TrainJob",
+    }
+    # The platform project reaches the team namespaces (their queues, claims, networks).
+    platform = projects["trainops-platform"]["destinations"]
+    assert {"name": "gpu-east", "namespace": "nlp"} in platform
+    appsets = {
+        a["metadata"]["name"]: a["spec"]
+        for a in yaml.safe_load_all((shared / "argocd/applicationsets/runs.yaml").read_text())
+    }
+    runs = appsets["runs-vision"]
+    assert runs["generators"][0]["git"]["directories"] == [
+        {"path": "overlays/*/teams/vision/runs/*"}
+    ]
+    assert runs["template"]["spec"]["project"] == "trainops-team-vision"
+    assert runs["template"]["spec"]["destination"]["namespace"] == "vision"
+    # diff (and Argo CD) see each team's run as an Application of its own.
+    documents = [
+        Document(obj=a, source="argocd/applicationsets/runs.yaml")
+        for a in yaml.safe_load_all((shared / "argocd/applicationsets/runs.yaml").read_text())
+    ]
+    paths = application_paths(shared, documents)
+    assert "overlays/gpu-east/teams/vision/runs/vit-0412" in paths
+    assert "overlays/gpu-west/teams/nlp/runs/bert-0413" in paths
+    assert not any(p.endswith("/teams/vision") or p.endswith("/runs") for p in paths)
+
+
+# -- one team's run reaching into another team's -------------------------------------------
+
+VIOLATIONS = {
+    "namespace": (
+        lambda text: text.replace("namespace: vision", "namespace: nlp"),
+        "run-team-namespace",
+    ),
+    "queue": (
+        lambda text: text.replace(
+            "path: /metadata/labels/kueue.x-k8s.io~1queue-name\n      value: vision",
+            "path: /metadata/labels/kueue.x-k8s.io~1queue-name\n      value: nlp",
+        ),
+        "run-team-queue",
+    ),
+    "attachment": (
+        lambda text: text.replace(
+            "patches:\n",
+            "patches:\n- target:\n    kind: PyTorchJob\n  patch: |-\n    - op: replace\n"
+            "      path: /spec/pytorchReplicaSpecs/Worker/template/metadata/annotations/"
+            "k8s.v1.cni.cncf.io~1networks\n      value: kube-system/host-net\n",
+        ),
+        "network-attachment-approved",
+    ),
+    "registry": (
+        lambda text: (
+            text + "images:\n- name: ghcr.io/example-org/trainops-trainer\n"
+            "  newName: docker.io/someone/trainer\n  newTag: 6.6.6\n"
+        ),
+        "image-registry-approved",
+    ),
+}
+
+
+@pytest.mark.parametrize("what", sorted(VIOLATIONS))
+def test_a_run_reaching_outside_its_team_fails_by_rule_and_by_admission_policy(
+    trainops, shared, tmp_path, what
+):
+    change, rule = VIOLATIONS[what]
+    run = shared / "overlays/gpu-east/teams/vision/runs/vit-0412/kustomization.yaml"
+    original = run.read_text()
+    changed = change(original)
+    assert changed != original
+    target = shared / "overlays/gpu-east/teams/vision/runs/sneaky"
+    target.mkdir()
+    try:
+        (target / "kustomization.yaml").write_text(
+            changed.replace("value: vit-0412", "value: sneaky")
+        )
+        found = errors(trainops, shared, "overlays/gpu-east/teams/vision/runs/sneaky")
+    finally:
+        (target / "kustomization.yaml").unlink()
+        target.rmdir()
+    rules = {f["rule"] for f in found}
+    assert rule in rules, found
+    denied = [f["message"] for f in found if f["rule"] == "admission-policy"]
+    assert denied, found
+    assert all(
+        m.startswith(
+            "ValidatingAdmissionPolicy 'trainops-runs' with binding 'trainops-runs' denied"
+        )
+        for m in denied
+    )
+
+
+def test_the_admission_policy_admits_every_generated_run(trainops, shared):
+    """The same policy, evaluated on the runs new-run wrote, refuses none of them."""
+    for cluster in ("gpu-east", "gpu-west"):
+        found = findings(trainops, shared, f"overlays/{cluster}/teams")
+        assert [f for f in found if f["rule"] == "admission-policy"] == []
+
+
+def test_team_flags_are_checked_before_anything_is_written(trainops, shared):
+    for args, message in [
+        (("--team", "robotics"), "has no such team"),
+        (("--team", "vision", "--priority", "sometime"), "may use best-effort, standard, urgent"),
+        (("--topology", "required:example.com/nowhere"), "is not a level"),
+        (("--topology", "anywhere"), "use required:LABEL or preferred:LABEL"),
+    ]:
+        run = trainops("new-run", "gpu-east", "never-0412", "--nodes", "2", *args, cwd=shared)
+        assert run.code == 2 and message in run.err, run.err
+        assert re.match(r"^trainops: error: ", run.err) and run.err.count("\n") == 1
+    assert not list(shared.glob("overlays/gpu-east/**/never-0412"))
+
+
+def test_diff_warns_that_an_edited_team_run_is_not_updated(trainops, shared):
+    run = shared / "overlays/gpu-east/teams/nlp/runs/bert-0412/kustomization.yaml"
+    original = run.read_text()
+    run.write_text(original.replace("value: 2\n", "value: 3\n", 1))
+    try:
+        result = trainops("diff", "--format", "json", cwd=shared)
+    finally:
+        run.write_text(original)
+    assert result.code == 0, result.err
+    [changed] = [
+        r
+        for r in json.loads(result.out)["resources"]
+        if r["app"] == "overlays/gpu-east/teams/nlp/runs/bert-0412"
+    ]
+    assert any("run bert-0412 already exists" in w for w in changed["warnings"])

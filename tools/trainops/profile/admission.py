@@ -1,0 +1,235 @@
+"""The cluster's admission gate for runs: a ValidatingAdmissionPolicy and its binding.
+
+`kubectl apply` bypasses CI, so what `trainops validate` refuses in a run the API
+server refuses too. The policy matches the cluster's job kinds in every namespace
+labelled `trainops.dev/tenant` (each team's, and the platform's `training`) and
+checks a job against the parameters of its namespace (the `trainops-runs`
+ConfigMap there, `profile.tenancy.params`):
+
+- a team's job carries the team's label (`trainops.dev/team`), so a job written for
+  one team and pointed at another's namespace is refused there;
+- it queues in its namespace's queue (Kueue's queue-name label; Volcano's
+  schedulingPolicy.queue, or for a TrainJob the queue annotation of its runtime
+  patch) and asks for a priority its team may use;
+- its pods attach only the cluster's training network, from their own namespace;
+- its images come from the cluster's registries;
+- its pods take no privilege: the fabric needs none (host namespaces, privileged
+  containers, added capabilities and hostPath volumes are refused).
+
+The binding denies; `trainops validate` evaluates the same objects offline
+(`trainops.admission.vap`), so a run the API server would refuse fails CI first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainops.profile.model import ClusterProfile
+from trainops.profile.tenancy import (
+    PARAMS,
+    PRIORITY_LABEL,
+    QUEUE_LABEL,
+    TEAM_LABEL,
+    TENANT_LABEL,
+)
+
+POLICY = "trainops-runs"
+NETWORKS = "k8s.v1.cni.cncf.io/networks"
+VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
+
+
+def _resources(p: ClusterProfile) -> list[dict[str, Any]]:
+    rules = []
+    kubeflow = (["pytorchjobs"] if p.trainer_v1 else []) + (["mpijobs"] if p.uses_mpi else [])
+    if kubeflow:
+        rules.append(("kubeflow.org", kubeflow))
+    if p.trainer_v2:
+        rules.append(("trainer.kubeflow.org", ["trainjobs"]))
+    return [
+        {
+            "apiGroups": [group],
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": resources,
+        }
+        for group, resources in rules
+    ]
+
+
+def _has(path: str) -> str:
+    """`has()` of every step of a dotted path below `object`: a.b.c -> has(a.b) && has(a.b.c)."""
+    steps = path.split(".")
+    return " && ".join(f"has({'.'.join(steps[: i + 1])})" for i in range(1, len(steps)))
+
+
+RUNTIME_POD = (
+    "has(p.trainingRuntimeSpec) && has(p.trainingRuntimeSpec.template) "
+    "&& has(p.trainingRuntimeSpec.template.spec) "
+    "&& has(p.trainingRuntimeSpec.template.spec.replicatedJobs)"
+)
+VARIABLES = [
+    ("labels", "has(object.metadata.labels) ? object.metadata.labels : {}"),
+    (
+        "replicas",
+        "has(object.spec.pytorchReplicaSpecs) ? object.spec.pytorchReplicaSpecs.map(k, "
+        "object.spec.pytorchReplicaSpecs[k]) : has(object.spec.mpiReplicaSpecs) ? "
+        "object.spec.mpiReplicaSpecs.map(k, object.spec.mpiReplicaSpecs[k]) : []",
+    ),
+    ("templates", "variables.replicas.filter(r, has(r.template)).map(r, r.template)"),
+    ("podSpecs", "variables.templates.filter(t, has(t.spec)).map(t, t.spec)"),
+    (
+        "containers",
+        "variables.podSpecs.map(s, (has(s.containers) ? s.containers : []) + "
+        "(has(s.initContainers) ? s.initContainers : []))",
+    ),
+    (
+        "attachments",
+        "variables.templates.filter(t, has(t.metadata) && has(t.metadata.annotations) "
+        f"&& '{NETWORKS}' in t.metadata.annotations)"
+        f".map(t, t.metadata.annotations['{NETWORKS}'])",
+    ),
+    # A TrainJob's pods are its runtime's (the platform's); its runtime patches may add
+    # pod-template annotations.
+    (
+        "patchAnnotations",
+        "has(object.spec.runtimePatches) ? object.spec.runtimePatches.filter(p, "
+        f"{RUNTIME_POD}).map(p, p.trainingRuntimeSpec.template.spec.replicatedJobs"
+        ".filter(j, has(j.template) && has(j.template.spec) && has(j.template.spec.template)"
+        " && has(j.template.spec.template.metadata)"
+        " && has(j.template.spec.template.metadata.annotations))"
+        ".map(j, j.template.spec.template.metadata.annotations)) : []",
+    ),
+    (
+        "runtimeQueues",
+        "has(object.spec.runtimePatches) ? object.spec.runtimePatches.filter(p, "
+        "has(p.trainingRuntimeSpec) && has(p.trainingRuntimeSpec.template) "
+        "&& has(p.trainingRuntimeSpec.template.metadata) "
+        "&& has(p.trainingRuntimeSpec.template.metadata.annotations) "
+        f"&& '{VOLCANO_QUEUE}' in p.trainingRuntimeSpec.template.metadata.annotations)"
+        f".map(p, p.trainingRuntimeSpec.template.metadata.annotations['{VOLCANO_QUEUE}'])"
+        " : []",
+    ),
+    ("networks", "params.data.networks.split(',')"),
+    ("registries", "params.data.registries.split(',')"),
+    ("priorities", "params.data.priorities.split(',')"),
+]
+NAMESPACE = "object.metadata.namespace"
+
+
+def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
+    out = [
+        {
+            "expression": f"params.data.team == '' || ('{TEAM_LABEL}' in variables.labels "
+            f"&& variables.labels['{TEAM_LABEL}'] == params.data.team)",
+            "messageExpression": f"'namespace ' + {NAMESPACE} + ' belongs to team ' + "
+            f"params.data.team + ': its jobs carry the label {TEAM_LABEL}: ' + params.data.team",
+            "reason": "Forbidden",
+        }
+    ]
+    if p.scheduler == "kueue":
+        out.append(
+            {
+                "expression": f"'{QUEUE_LABEL}' in variables.labels && "
+                f"variables.labels['{QUEUE_LABEL}'] == params.data.queue",
+                "messageExpression": f"'jobs in namespace ' + {NAMESPACE} + ' queue in "
+                f"LocalQueue ' + params.data.queue + ' (label {QUEUE_LABEL})'",
+                "reason": "Forbidden",
+            }
+        )
+        out.append(
+            {
+                "expression": f"'{PRIORITY_LABEL}' in variables.labels && "
+                f"variables.labels['{PRIORITY_LABEL}'] in variables.priorities",
+                "messageExpression": f"'jobs in namespace ' + {NAMESPACE} + ' use one of the "
+                f"priorities ' + params.data.priorities + ' (label {PRIORITY_LABEL})'",
+                "reason": "Forbidden",
+            }
+        )
+    elif p.scheduler == "volcano":
+        policy = "object.spec.runPolicy.schedulingPolicy"
+        out.append(
+            {
+                "expression": "request.kind.kind == 'TrainJob' ? "
+                "((params.data.team == '' || variables.runtimeQueues.size() > 0) && "
+                "variables.runtimeQueues.all(q, q == params.data.queue)) : "
+                f"({_has(policy + '.queue')} && {policy}.queue == params.data.queue)",
+                "messageExpression": f"'jobs in namespace ' + {NAMESPACE} + ' queue in Volcano "
+                "queue ' + params.data.queue",
+                "reason": "Forbidden",
+            }
+        )
+        out.append(
+            {
+                "expression": "request.kind.kind == 'TrainJob' || "
+                f"({_has(policy + '.priorityClass')} "
+                f"&& {policy}.priorityClass in variables.priorities)",
+                "messageExpression": f"'jobs in namespace ' + {NAMESPACE} + ' use one of the "
+                "priorities ' + params.data.priorities",
+                "reason": "Forbidden",
+            }
+        )
+    out += [
+        {
+            "expression": "variables.attachments.all(a, a.split(',').all(n, n.trim() in "
+            "variables.networks)) && variables.patchAnnotations.all(js, js.all(m, "
+            f"!('{NETWORKS}' in m) || m['{NETWORKS}'].split(',').all(n, n.trim() in "
+            "variables.networks)))",
+            "messageExpression": "'pods attach only the approved networks ' + params.data.networks",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": "variables.containers.all(cs, cs.all(c, has(c.image) && "
+            "variables.registries.exists(r, c.image.startsWith(r)))) && "
+            "(!has(object.spec.trainer) || !has(object.spec.trainer.image) || "
+            "variables.registries.exists(r, object.spec.trainer.image.startsWith(r)))",
+            "messageExpression": "'images come from ' + params.data.registries",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": "variables.podSpecs.all(s, !(has(s.hostNetwork) && s.hostNetwork) "
+            "&& !(has(s.hostPID) && s.hostPID) && !(has(s.hostIPC) && s.hostIPC) "
+            "&& (!has(s.volumes) || s.volumes.all(v, !has(v.hostPath)))) && "
+            "variables.containers.all(cs, cs.all(c, !has(c.securityContext) || "
+            "((!has(c.securityContext.privileged) || !c.securityContext.privileged) && "
+            "(!has(c.securityContext.capabilities) || "
+            "!has(c.securityContext.capabilities.add) || "
+            "size(c.securityContext.capabilities.add) == 0))))",
+            "message": "training pods take no privilege: no host namespaces, hostPath "
+            "volumes, privileged containers or added capabilities (RDMA needs none)",
+            "reason": "Forbidden",
+        },
+    ]
+    return out
+
+
+def documents(p: ClusterProfile) -> list[dict[str, Any]]:
+    annotations = {"argocd.argoproj.io/sync-wave": "-1"}
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": POLICY, "annotations": annotations},
+        "spec": {
+            "failurePolicy": "Fail",
+            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "matchConstraints": {"resourceRules": _resources(p)},
+            "variables": [{"name": n, "expression": e} for n, e in VARIABLES],
+            "validations": _validations(p),
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": POLICY, "annotations": annotations},
+        "spec": {
+            "policyName": POLICY,
+            "validationActions": ["Deny"],
+            # The parameters in the namespace of the job: each tenant's own.
+            "paramRef": {"name": PARAMS, "parameterNotFoundAction": "Deny"},
+            "matchResources": {
+                "namespaceSelector": {
+                    "matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]
+                }
+            },
+        },
+    }
+    return [policy, binding]
