@@ -282,9 +282,7 @@ def write_run(root: Path, cluster: str, run: str, options: RunOptions, force: bo
         return _write_run(root, cluster, run, options, force)
 
 
-def _write_run(
-    root: Path, cluster: str, run: str, options: RunOptions, force: bool
-) -> WriteResult:
+def _write_run(root: Path, cluster: str, run: str, options: RunOptions, force: bool) -> WriteResult:
     overlay = root / "overlays" / cluster
     if not (overlay / PROFILE).is_file():
         raise InputError(f"no cluster {cluster!r}: overlays/{cluster}/{PROFILE} does not exist")
