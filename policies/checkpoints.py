@@ -165,3 +165,44 @@ def empty_storage_class(doc: Document, ctx: Context) -> Iterator[Violation]:
             'storageClassName is "": only a pre-created PV without a class binds',
             ("spec", "storageClassName"),
         )
+
+
+def _claim_of(pod: PodTemplate, mount: dict) -> str | None:
+    volume = mapping(pod.volume(str(mount.get("name"))))
+    claim = mapping(volume.get("persistentVolumeClaim")).get("claimName")
+    return str(claim) if claim else None
+
+
+@pod_rule(
+    id="checkpoint-mount-per-job",
+    severity=ERROR,
+    title="A run mounts only its own directory of the shared checkpoint claim",
+    why="Every run of a cluster shares one ReadWriteMany checkpoint claim. The trainer keeps "
+    "each job in <claim>/<job name>/ only because the template mounts that sub-path; a pod "
+    "that mounts the whole claim can read, replace or delete every other run's checkpoints, "
+    "and a planted step-N is resumed as if it were the run's own weights.",
+    fix="Mount the checkpoint claim with subPathExpr: $(TRAINER_JOB_NAME) (the templates "
+    "do), in every container that mounts it, and do not mount it a second time.",
+    applies=common.gpu_trainer,
+    security=True,
+)
+def checkpoint_mount_per_job(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    claims: set[str] = set()
+    for container in pod.containers:
+        for entry in container.get("env") or []:
+            if isinstance(entry, dict) and entry.get("name") == "TRAINER_CHECKPOINT_DIR":
+                mount = common.mount_for(container, str(entry.get("value", "")))
+                claim = _claim_of(pod, mount) if mount else None
+                if claim:
+                    claims.add(claim)
+    if not claims:
+        return  # not the trainer's contract: where it writes is the program's business
+    for index, container in enumerate(pod.containers):
+        for position, mount in enumerate(container.get("volumeMounts") or []):
+            claim = _claim_of(pod, mount)
+            if claim in claims and not (mount.get("subPathExpr") or mount.get("subPath")):
+                yield Violation(
+                    f"mounts the whole checkpoint claim {claim} at {mount.get('mountPath')}: "
+                    "every run's checkpoints are reachable from this pod",
+                    (*pod.container_path(index), "volumeMounts", position),
+                )

@@ -49,7 +49,8 @@ def container(name: str = "pytorch") -> dict[str, Any]:
         },
         "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
         "volumeMounts": [
-            {"name": "checkpoints", "mountPath": "/checkpoints"},
+            # The run's own directory of the shared claim, as the templates mount it.
+            {"name": "checkpoints", "mountPath": "/checkpoints", "subPath": "llama"},
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
     }
@@ -398,6 +399,12 @@ def _rwo(docs: Docs) -> None:
 
 def _dir_outside_mounts(docs: Docs) -> None:
     set_env(job(docs), "TRAINER_CHECKPOINT_DIR", "/workspace/checkpoints")
+
+
+def _whole_checkpoint_claim(docs: Docs) -> None:
+    for spec in pods_of(job(docs)):
+        for mount in spec["containers"][0]["volumeMounts"]:
+            mount.pop("subPath", None)
 
 
 def _grace(seconds: int | None) -> Callable[[Docs], None]:
@@ -1003,6 +1010,7 @@ FIXTURES: dict[str, tuple[Callable[[], Docs], Callable[[], Docs]]] = {
         edit(_service({"training.kubeflow.org/job-name": "llama"})),
     ),
     "checkpoint-dir-not-mounted": (edit(_dir_outside_mounts), baseline),
+    "checkpoint-mount-per-job": (edit(_whole_checkpoint_claim), baseline),
     "grace-period-short": (edit(_grace(None)), baseline),
     "torchrun-nnodes": (edit(_torchrun_args("--nnodes=2")), edit(_torchrun_args("--nnodes=4"))),
     "torchrun-nproc-per-node": (edit(_nproc("4")), baseline),
