@@ -21,6 +21,9 @@ from trainops.policy.pods import PodTemplate, env_of, gpu_count, is_int, mapping
 from . import commandline, common
 
 _FLAG_VALUE = re.compile(r"^(--?[A-Za-z][\w.-]*) +\S")
+# Open MPI's parameter options take a name and a value; the value may itself be a
+# command line (plm_rsh_args "-p 2222 -o ...") and is one argument on purpose.
+_NAME_VALUE_OPTIONS = ("--mca", "-mca", "--gmca", "-gmca", "--prtemca", "--pmixmca")
 NNODES = ("--nnodes",)
 NPROC = ("--nproc-per-node", "--nproc_per_node")
 NODE_RANK = ("--node-rank", "--node_rank")
@@ -432,6 +435,8 @@ def packed_argument(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
             offset = 0 if key == "command" else len(container.get("command") or [])
             for position, word in enumerate(words):
                 if script is not None and offset + position == script[0]:
+                    continue
+                if position >= 2 and words[position - 2] in _NAME_VALUE_OPTIONS:
                     continue
                 if isinstance(word, str) and _FLAG_VALUE.match(word):
                     yield Violation(

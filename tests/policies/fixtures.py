@@ -441,6 +441,12 @@ def _packed(docs: Docs) -> None:
     first(job(docs, "MPIJob"))["command"].insert(1, "-x NCCL_DEBUG=INFO")
 
 
+def _mca_value(docs: Docs) -> None:
+    # An MCA parameter's value is one argument even when it reads like flags.
+    command = first(job(docs, "MPIJob"))["command"]
+    command[1:1] = ["--mca", "plm_rsh_args", "-p 2222 -o ConnectionAttempts=10"]
+
+
 def _shell_without_exec(docs: Docs) -> None:
     for spec in pods_of(job(docs)):
         spec["containers"][0]["command"][2] = 'trainer-launch --module trainer "$@"'
@@ -1848,6 +1854,9 @@ FIXTURES.update(
 )
 MORE_FIXTURES.setdefault("rdma-ipc-lock", []).append(
     (edit(_run_as(1000, ipc_lock=True)), edit(_run_as(1000, ipc_lock=False)))
+)
+MORE_FIXTURES.setdefault("argument-packs-flag-and-value", []).append(
+    (edit(_packed), edit(_mca_value))
 )
 MORE_FIXTURES.setdefault("image-pinned", []).append(
     (only(lambda: training_operator([])), only(lambda: training_operator(PINNED_INJECTED)))
