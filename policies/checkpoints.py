@@ -51,6 +51,7 @@ def checkpoint_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     why="An emptyDir disappears with the pod and a hostPath stays on one node: after the "
     "failure a checkpoint exists to survive, the restarted job finds nothing to resume from.",
     fix="Back the checkpoint mount with a PersistentVolumeClaim (ReadWriteMany).",
+    applies=common.mounts_volumes,
 )
 def ephemeral(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for _, mount, volume in _checkpoint_mounts(pod):
@@ -78,6 +79,7 @@ SHARED_MODES = frozenset({"ReadWriteMany", "ReadOnlyMany"})
     "Multi-Attach error, or (same node) write the same files without coordination.",
     fix="Use a ReadWriteMany (or, for data only read, ReadOnlyMany) claim for volumes several "
     "pods mount.",
+    applies=common.mounts_claims,
 )
 def shared_rwo(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if not common.multi_node(pod, ctx):
@@ -105,6 +107,7 @@ def shared_rwo(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     why="A checkpoint directory outside every volume mount is the container's own filesystem, "
     "gone at the first restart.",
     fix="Put the checkpoint directory under a mounted PersistentVolumeClaim.",
+    applies=common.has_command_or_env,
 )
 def dir_not_mounted(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     ranks = common.rank_pod(pod, ctx)

@@ -302,6 +302,7 @@ def _shared_rdma_resources(ctx: Context) -> set[str] | None:
     "plugin README; the NicClusterPolicy's rdmaSharedDevicePlugin.config). A pod asking for "
     "a name the plugin does not define stays Pending forever.",
     fix="Request a resource the plugin's configList defines, or add it there.",
+    applies=common.requests_rdma,
 )
 def rdma_shared_resource_defined(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     defined = ctx.memo("rdma-shared", lambda: _shared_rdma_resources(ctx))

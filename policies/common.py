@@ -14,6 +14,7 @@ from trainops.policy.trainjob import TRAINER_STEP_LABEL
 
 from . import commandline
 
+KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 RDMA_RESOURCE = re.compile(r"(^rdma/)|(rdma|roce|infiniband|_vf$|/ib[_-]|sriov)", re.IGNORECASE)
 # Resource names that say RDMA outright; a plain SR-IOV VF may be an Ethernet netdevice.
 RDMA_ONLY = re.compile(r"(^rdma/)|(rdma|roce|infiniband|/ib[_-]|hca)", re.IGNORECASE)
@@ -27,6 +28,92 @@ CHECKPOINT_FLAGS = (
     "--ckpt-dir",
     "--ckpt_dir",
 )
+
+
+# `applies` predicates. Each must hold wherever the rules that name it can report: it
+# reads only fields those rules need for any finding, and is computed once per document
+# or pod (`pod.memo`), so a plain Deployment meets few rules beyond the security ones.
+
+
+def env_names(pod: PodTemplate) -> frozenset[str]:
+    """Names of the variables any container of the pod sets (literal or valueFrom)."""
+    return pod.memo(
+        "env-names", lambda: frozenset(name for c in pod.containers for name in env_of(c))
+    )
+
+
+def has_env(pod: PodTemplate) -> bool:
+    """Pods with an env list in some container (rules that read variables)."""
+    return pod.memo("has-env", lambda: any(c.get("env") for c in pod.containers))
+
+
+def has_command(pod: PodTemplate) -> bool:
+    """Pods with a command or args in some container (rules that read command lines)."""
+    return pod.memo(
+        "has-command", lambda: any(c.get("command") or c.get("args") for c in pod.containers)
+    )
+
+
+def has_command_or_env(pod: PodTemplate) -> bool:
+    """Pods whose containers set a command, args or variables."""
+    return has_command(pod) or has_env(pod)
+
+
+def mounts_volumes(pod: PodTemplate) -> bool:
+    """Pods with a volume mount in some container (checkpoint and /dev/shm volumes)."""
+    return pod.memo("mounts", lambda: any(c.get("volumeMounts") for c in pod.containers))
+
+
+def mounts_claims(pod: PodTemplate) -> bool:
+    """Pods with a PersistentVolumeClaim volume."""
+    return pod.memo(
+        "claims",
+        lambda: any(
+            isinstance(mapping(v).get("persistentVolumeClaim"), dict)
+            for v in pod.spec.get("volumes") or []
+        ),
+    )
+
+
+def requests_rdma(pod: PodTemplate) -> bool:
+    """Pods with a container that requests an RDMA or SR-IOV device (`rdma_resources`)."""
+    return pod.memo("rdma", lambda: any(rdma_resources(c) for c in pod.containers))
+
+
+def attaches_networks(pod: PodTemplate) -> bool:
+    """Pods whose template names Multus networks."""
+    value = pod.annotations.get(multus.ANNOTATION)
+    return isinstance(value, str) and bool(value.strip())
+
+
+def runs_torchrun(pod: PodTemplate) -> bool:
+    """Pods with a container that starts torchrun (or trainer-launch)."""
+    return has_command(pod) and pod.memo(
+        "torchrun", lambda: any(commandline.runs_torchrun(c) for c in pod.containers)
+    )
+
+
+RENDEZVOUS_ENV = frozenset(("MASTER_ADDR", "PET_MASTER_ADDR", "PET_RDZV_ENDPOINT"))
+
+
+def torch_rendezvous(pod: PodTemplate) -> bool:
+    """Pods that take part in a torch rendezvous: a PyTorchJob's, or any that starts
+    torchrun or names a rendezvous address in its environment."""
+    return (
+        pod.doc.kind == "PyTorchJob"
+        or runs_torchrun(pod)
+        or not RENDEZVOUS_ENV.isdisjoint(env_names(pod))
+    )
+
+
+def queued(doc: Document) -> bool:
+    """Documents labelled with a Kueue queue (kueue.x-k8s.io/queue-name)."""
+    return bool(mapping(doc.metadata.get("labels")).get(KUEUE_LABEL))
+
+
+def queued_pod(pod: PodTemplate) -> bool:
+    """Pods of a document labelled with a Kueue queue."""
+    return queued(pod.doc)
 
 
 def gpu_pod(pod: PodTemplate) -> bool:

@@ -17,7 +17,7 @@ from trainops.model import ERROR, WARNING
 from trainops.policy.engine import Context, Violation, pod_rule
 from trainops.policy.pods import PodTemplate, env_index, gpu_count, mapping, resources
 
-from . import commandline
+from . import commandline, common
 
 _REFERENCE = re.compile(r"\$(\$)?\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _SHELL_VARIABLE = re.compile(
@@ -106,6 +106,7 @@ def _job_kind(pod: PodTemplate) -> bool:
     fix="Define the variable before the entry that uses it, reference operator variables in "
     "command/args (or from the program), and use completionMode: Indexed for "
     "$(JOB_COMPLETION_INDEX).",
+    applies=common.has_command_or_env,
 )
 def env_reference_undefined(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     indexed = _indexed(pod)
@@ -185,6 +186,7 @@ def _undefined(name: str, where: tuple[Any, ...]) -> Violation:
     fix="Write $(NAME) (Kubernetes expands it from the container's env), or run the command "
     "through sh -c 'exec ...' so that the shell expands it. A template meant for envsubst or "
     "Helm must be rendered before it is applied.",
+    applies=common.has_command_or_env,
 )
 def args_shell_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):
@@ -224,6 +226,7 @@ def _words_and_values(container: dict[str, Any]) -> Iterator[tuple[tuple[Any, ..
     "ordinal'.",
     fix="Request GPUs (nvidia.com/gpu) instead of setting NVIDIA_VISIBLE_DEVICES, and drop "
     "CUDA_VISIBLE_DEVICES: the device plugin already limits the container to its GPUs.",
+    applies=common.has_env,
 )
 def gpu_visibility(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):

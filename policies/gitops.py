@@ -115,6 +115,10 @@ def hpa_replicas(doc: Document, ctx: Context) -> Iterator[Violation]:
     )
 
 
+def _unnamed(doc: Document) -> bool:
+    return not doc.metadata.get("name")
+
+
 @resource_rule(
     id="argocd-generate-name",
     severity=WARNING,
@@ -125,6 +129,7 @@ def hpa_replicas(doc: Document, ctx: Context) -> Iterator[Violation]:
     fix="Give the object metadata.name, or make it an Argo CD hook "
     "(argocd.argoproj.io/hook: Sync, with a hook-delete-policy).",
     kinds=EVERY_KIND,
+    applies=_unnamed,
 )
 def generate_name(doc: Document, ctx: Context) -> Iterator[Violation]:
     metadata = doc.metadata

@@ -153,6 +153,7 @@ def _unresolved(value: str) -> bool:
     "running at once.",
     fix="Make --nnodes the number of pods (or let the operator pass it: PET_NNODES in a "
     "PyTorchJob or TrainJob), and parallelism equal to completions.",
+    applies=common.runs_torchrun,
 )
 def nnodes(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if pod.partial or not any(True for _ in _words(pod)):
@@ -192,6 +193,7 @@ def nnodes(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "with fewer, GPUs sit idle for the whole run.",
     fix="Set --nproc-per-node (and a PyTorchJob's spec.nprocPerNode) to the GPUs in the "
     "container's limits, or to 'gpu'.",
+    applies=common.gpu_pod,
 )
 def nproc_per_node(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     spec = mapping(pod.doc.obj.get("spec"))
@@ -228,6 +230,7 @@ def nproc_per_node(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     fix="Drop --standalone and literal ranks; point the rendezvous at the first pod's "
     "hostname ($(MASTER_ADDR) in a PyTorchJob, <jobset>-<job>-0-0.<subdomain> in a JobSet) "
     "and take the rank from the pod ($(JOB_COMPLETION_INDEX), $(LWS_WORKER_INDEX)).",
+    applies=common.torch_rendezvous,
 )
 def multinode_args(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     size = group(pod, ctx)
@@ -275,6 +278,7 @@ def multinode_args(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "leaves every rank retrying until the timeout.",
     fix="Use the hostname the controller gives rank 0's pod, set spec.subdomain (and a "
     "headless Service) for Indexed Jobs, and keep JobSet network.enableDNSHostnames on.",
+    applies=common.torch_rendezvous,
 )
 def host_resolves(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if pod.doc.kind not in ("Job", "JobSet"):
@@ -393,6 +397,7 @@ def rendezvous(doc: Document, ctx: Context) -> Iterator[Violation]:
     "the default join each other's groups or fail with RendezvousClosedError (pytorch#82160). "
     "The c10d backend keeps its state in the job's own store, so it needs no id.",
     fix="Set spec.elasticPolicy.rdzvId (or --rdzv-id) to something unique per job (its name).",
+    applies=common.torch_rendezvous,
 )
 def rdzv_id(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     elastic = mapping(pod.doc.obj.get("spec")).get("elasticPolicy")
@@ -424,6 +429,7 @@ def rdzv_id(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "NCCL_DEBUG=INFO' reaches mpirun as a single unknown option, '--nnodes 2' as a flag "
     "named '--nnodes 2'.",
     fix="Split the element: [-x, NCCL_DEBUG=INFO], or write --flag=value.",
+    applies=common.has_command,
 )
 def packed_argument(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):
@@ -453,6 +459,7 @@ def packed_argument(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "the signal, the trainer never writes its emergency checkpoint, and the pod is killed "
     "at the end of the grace period.",
     fix="Start the launcher with exec: sh -c 'exec trainer-launch ...' (or 'exec torchrun ...').",
+    applies=common.has_command,
 )
 def shell_without_exec(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):

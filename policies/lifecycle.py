@@ -145,6 +145,7 @@ def shutdown_timeout(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "again and again, delaying every start.",
     fix="Add fsGroupChangePolicy: OnRootMismatch to the pod's securityContext, and give the "
     "volume's root the group (setgid) once; drivers that ignore fsGroup need that anyway.",
+    applies=common.mounts_claims,
 )
 def fsgroup_change_policy(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     security = mapping(pod.spec.get("securityContext"))

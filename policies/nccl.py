@@ -29,6 +29,16 @@ def _find_nccl_env(pod: PodTemplate) -> Iterator[tuple[int, dict, str, str | Non
                 yield index, container, name, value, at
 
 
+def _may_pick_interface(pod: PodTemplate) -> bool:
+    """The pod sets NCCL_SOCKET_IFNAME, attaches networks, or is an MPI launcher (whose
+    ranks' networks decide)."""
+    return (
+        "NCCL_SOCKET_IFNAME" in common.env_names(pod)
+        or common.attaches_networks(pod)
+        or common.is_mpi_launcher(pod)
+    )
+
+
 def sets_nccl_env(pod: PodTemplate) -> bool:
     """Pods with NCCL_* variables (the `applies` predicate of the variable rules)."""
     return bool(_nccl_env(pod))
@@ -174,6 +184,7 @@ def ib_hca_prefix(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "fabric is attached, NCCL's traffic goes over the pod network.",
     fix="Point it at the training interface exactly (NCCL_SOCKET_IFNAME==net1), and keep it in "
     "step with the k8s.v1.cni.cncf.io/networks annotation.",
+    applies=_may_pick_interface,
 )
 def socket_ifname(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if pod.partial:
@@ -218,6 +229,7 @@ def socket_ifname(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     why="NCCL_IB_DISABLE=1 forces NCCL onto TCP sockets: the RDMA devices the pod reserved sit "
     "idle and all-reduce runs at a fraction of the fabric's speed.",
     fix="Set NCCL_IB_DISABLE=0 (or remove it) on RDMA pods; drop the RDMA resource otherwise.",
+    applies=common.requests_rdma,
 )
 def ib_disabled_with_rdma(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):

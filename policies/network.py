@@ -22,6 +22,7 @@ from . import common
     "a missing one keeps the pod in ContainerCreating (or, with some setups, starts it "
     "without the training interface).",
     fix="Create the NAD in the pod's namespace, or write namespace/name in the annotation.",
+    applies=common.attaches_networks,
 )
 def network_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     value = pod.annotations.get(multus.ANNOTATION)

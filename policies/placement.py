@@ -22,7 +22,7 @@ from trainops.policy.pods import (
 from . import commandline, common
 
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_LABEL = common.KUEUE_LABEL
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 # Workload kinds Kueue (or Volcano) queues by a label or field on the workload itself.
 QUEUED_KINDS = (
@@ -214,6 +214,19 @@ def queue_label(doc: Document) -> str | None:
     return str(value) if value else None
 
 
+def names_queue(doc: Document) -> bool:
+    """Documents that may name a Kueue or Volcano queue: a Kueue label, a Volcano queue
+    annotation, a scheduling policy (runPolicy), a Volcano Job, or a Trainer v2 runtime
+    (the `applies` predicate of the queue rules)."""
+    return (
+        common.queued(doc)
+        or "runPolicy" in mapping(doc.obj.get("spec"))
+        or doc.api_version.startswith("batch.volcano.sh/")
+        or doc.kind in common.RUNTIME_KINDS
+        or VOLCANO_QUEUE_ANNOTATION in mapping(doc.metadata.get("annotations"))
+    )
+
+
 @resource_rule(
     id="queue-exists",
     severity=ERROR,
@@ -222,6 +235,7 @@ def queue_label(doc: Document) -> str | None:
     "a PodGroup for a missing queue. Either way nothing starts and nothing fails.",
     fix="Create the LocalQueue (Kueue) or Queue (Volcano), or correct the name.",
     kinds=QUEUED_KINDS,
+    applies=names_queue,
 )
 def queue_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
     # Only where the queues would be visible: a cluster render, or one that defines queues.
@@ -263,6 +277,7 @@ def queue_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
     fix="Send the job to a queue with enough quota, put the queue in a cohort it can borrow "
     "from, or shrink the job.",
     kinds=QUEUED_KINDS,
+    applies=common.queued,
 )
 def kueue_quota_fits(doc: Document, ctx: Context) -> Iterator[Violation]:
     queue = queue_label(doc)

@@ -11,7 +11,7 @@ from trainops.policy.pods import POD_KINDS, PodTemplate, dicts, mapping, resourc
 
 from . import common
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+QUEUE_LABEL = common.KUEUE_LABEL
 # The kinds Kueue 0.19.2 manages (pkg/controller/jobs), by apiVersion. Kueue never
 # suspends an object of any other kind or version: a queue label on it does nothing.
 KUEUE_MANAGED = {
@@ -51,6 +51,7 @@ def _queue_label(doc: Document) -> str | None:
     fix="Use a kind Kueue manages (MPIJob v2beta1: mpiOperator: mpi-operator in cluster.yaml), "
     "or drop the label and the pretence of queueing.",
     kinds=EVERY_KIND,
+    applies=common.queued,
 )
 def unmanaged_kind(doc: Document, ctx: Context) -> Iterator[Violation]:
     queue = _queue_label(doc)
@@ -92,6 +93,7 @@ def _requested(pod: PodTemplate) -> dict[str, int]:
     fix="Add the resource to the ClusterQueue's coveredResources with a quota (trainops "
     "sizes it from rdmaResource and rdmaPerPod), or exclude it from Kueue's accounting "
     "(resources.excludeResourcePrefixes in Kueue's configuration).",
+    applies=common.queued_pod,
 )
 def covers_requests(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     queue = _queue_label(pod.doc)

@@ -57,6 +57,7 @@ def _wanted_resource(pod: PodTemplate, ctx: Context) -> str:
     "runtime give containers an unlimited memlock limit (containerd: LimitMEMLOCK=infinity; "
     "CRI-O: default_ulimits memlock=-1:-1). Root: add securityContext.capabilities.add: "
     "[IPC_LOCK].",
+    applies=common.requests_rdma,
 )
 def ipc_lock(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):
@@ -126,6 +127,7 @@ def _gpudirect_ready(policy: Document) -> bool:
     "transfer through host memory.",
     fix="Set driver.kernelModuleType: open (DMA-BUF) or driver.rdma.enabled: true in the "
     "ClusterPolicy, or stop expecting GPUDirect in the pods.",
+    applies=common.has_env,
 )
 def gpudirect(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     policies = ctx.of_kind("ClusterPolicy")

@@ -114,6 +114,7 @@ def _operator_env(pod: PodTemplate) -> dict[str, str]:
     "replaces its kubectl-exec bootstrap with ssh into workers that run no sshd.",
     fix="Drop the variable and let the operator set it (spec.nprocPerNode, the replica counts "
     "and elasticPolicy say what it sets); for Hydra leave the bootstrap to the operator.",
+    applies=common.has_env,
 )
 def operator_env_overridden(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     owned = _operator_env(pod)
@@ -146,6 +147,7 @@ def operator_env_overridden(pod: PodTemplate, ctx: Context) -> Iterator[Violatio
     "with one name the last wins. A base and an overlay that both add a variable leave the "
     "value reviewers read first without effect.",
     fix="Keep one entry per name (patch the base's entry instead of adding another).",
+    applies=common.has_env,
 )
 def env_duplicate(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):
@@ -205,6 +207,7 @@ def _env_value_at(pod: PodTemplate, index: int, container: dict, name: str) -> t
     "a misspelt key) raises in every rank at the first tensor on the GPU.",
     fix="Write key:value pairs with known keys, e.g. expandable_segments:True,"
     "max_split_size_mb:512.",
+    applies=common.has_env,
 )
 def alloc_conf(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):
@@ -304,6 +307,7 @@ def debug_env(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "init_process_group ('Unable to find address for').",
     fix="List exact interfaces of the pod (net1, or eth0); keep NCCL's syntax for "
     "NCCL_SOCKET_IFNAME only.",
+    applies=common.has_env,
 )
 def gloo_ifname(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if pod.partial:

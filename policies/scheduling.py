@@ -24,11 +24,13 @@ from trainops.model import ERROR, Document
 from trainops.policy.engine import Context, Violation, resource_rule
 from trainops.policy.pods import dicts, mapping
 
+from . import common
 from .placement import (
     KUEUE_LABEL,
     QUEUED_KINDS,
     VOLCANO_QUEUE_ANNOTATION,
     kueue_requests,
+    names_queue,
     queue_label,
 )
 
@@ -140,6 +142,7 @@ def framework(doc: Document) -> str | None:
     "Kueue's configuration (managerConfig.controllerManagerConfigYaml in the chart's values), "
     "or submit the run as a kind Kueue queues.",
     kinds=QUEUED_KINDS,
+    applies=common.queued,
 )
 def kueue_framework_disabled(doc: Document, ctx: Context) -> Iterator[Violation]:
     if queue_label(doc) is None:
@@ -155,6 +158,16 @@ def kueue_framework_disabled(doc: Document, ctx: Context) -> Iterator[Violation]
     )
 
 
+def _may_misplace_queue_label(doc: Document) -> bool:
+    """The queue label may be misplaced: written as an annotation, or on pod templates of
+    a kind whose own labels Kueue reads."""
+    return KUEUE_LABEL in mapping(doc.metadata.get("annotations")) or doc.kind not in (
+        "Deployment",
+        "StatefulSet",
+        "LeaderWorkerSet",
+    )
+
+
 @resource_rule(
     id="queue-label-placement",
     severity=ERROR,
@@ -166,6 +179,7 @@ def kueue_framework_disabled(doc: Document, ctx: Context) -> Iterator[Violation]
     fix="Move kueue.x-k8s.io/queue-name to metadata.labels of the job (PyTorchJob, JobSet, "
     "Job, TrainJob...).",
     kinds=QUEUED_KINDS,
+    applies=_may_misplace_queue_label,
 )
 def queue_label_placement(doc: Document, ctx: Context) -> Iterator[Violation]:
     if doc.kind in ("Pod", "ClusterTrainingRuntime", "TrainingRuntime") or queue_label(doc):
@@ -218,6 +232,7 @@ def _selector_matches(selector: dict[str, Any], labels: dict[str, Any]) -> bool:
     fix="Set namespaceSelector on the ClusterQueue ({} for every namespace, or labels the "
     "team's namespaces carry), or label the namespace.",
     kinds=QUEUED_KINDS,
+    applies=common.queued,
 )
 def kueue_namespace_selector(doc: Document, ctx: Context) -> Iterator[Violation]:
     queue = queue_label(doc)
@@ -305,6 +320,7 @@ def _volcano_queue(doc: Document) -> tuple[str | None, tuple[Any, ...]]:
     "('queue resource quota insufficient') and never starts, without failing.",
     fix="Raise the queue's spec.capability, use a bigger queue, or shrink the job.",
     kinds=QUEUED_KINDS,
+    applies=names_queue,
 )
 def volcano_queue_capability(doc: Document, ctx: Context) -> Iterator[Violation]:
     name, at = _volcano_queue(doc)

@@ -50,8 +50,11 @@ INJECTED_IMAGES = {
 def _injected(container: dict) -> Iterator[tuple[str, str, str]]:
     """(flag, image, into) of each image the operator in `container` injects unpinned."""
     repository = _tag(str(container.get("image", "")))[0].removeprefix("docker.io/")
+    injects = INJECTED_IMAGES.get(repository)
+    if injects is None:
+        return
     args = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
-    for flag, default, into in INJECTED_IMAGES.get(repository, ()):
+    for flag, default, into in injects:
         given = next((a.split("=", 1)[1] for a in args if a.startswith(flag + "=")), default)
         tag = _tag(given)[1]
         if not tag or tag in FLOATING_TAGS or given == default:
@@ -263,12 +266,20 @@ PLATFORM_RUNTIMES = ("ClusterTrainingRuntime", "TrainingRuntime")
 RDMA_CAPABILITY = "IPC_LOCK"
 
 
-def _all_containers(pod: PodTemplate) -> Iterator[tuple[str, int, dict]]:
-    for key in CONTAINER_KEYS:
-        items = pod.spec.get(key)
-        for index, container in enumerate(items if isinstance(items, list) else []):
-            if isinstance(container, dict):
-                yield key, index, container
+def _all_containers(pod: PodTemplate) -> list[tuple[str, int, dict]]:
+    """(key, index, container) of every container, init and ephemeral ones included
+    (read by several security rules per pod: computed once)."""
+
+    def collect() -> list[tuple[str, int, dict]]:
+        found = []
+        for key in CONTAINER_KEYS:
+            items = pod.spec.get(key)
+            for index, container in enumerate(items if isinstance(items, list) else []):
+                if isinstance(container, dict):
+                    found.append((key, index, container))
+        return found
+
+    return pod.memo("all-containers", collect)
 
 
 def _below(path: str, prefixes: tuple[str, ...]) -> bool:

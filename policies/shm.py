@@ -110,6 +110,7 @@ def dev_shm_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "grow until the node's memory runs out. Memory-backed volumes count against the "
     "container's memory limit.",
     fix="emptyDir: {medium: Memory, sizeLimit: <size>}, and a memory limit above it.",
+    applies=common.mounts_volumes,
 )
 def dev_shm_not_memory(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     index, volume = _shm(pod)

@@ -125,6 +125,7 @@ def nad_resource_name(doc: Document, ctx: Context) -> Iterator[Violation]:
     "device, and the pod never gets past sandbox creation (the reverse of "
     "sriov-vfs-attached).",
     fix="Request as many VFs (in limits) as the pod has attachments to networks of that resource.",
+    applies=common.attaches_networks,
 )
 def network_device_count(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     attached = _vf_networks(pod, ctx)

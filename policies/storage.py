@@ -119,6 +119,7 @@ def _read_only(mount: dict[str, Any], pod: PodTemplate, ctx: Context) -> str | N
     "cannot even create its log directory when /tmp is not a writable mount.",
     fix="Mount a writable volume (an emptyDir for caches and /tmp, a ReadWriteMany claim for "
     "checkpoints) at the path, or point the variable at one.",
+    applies=common.has_command_or_env,
 )
 def read_only_write_path(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):

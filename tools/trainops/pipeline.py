@@ -55,6 +55,8 @@ class ValidateOptions:
     api_checks: bool = True  # built-in API validation and operator webhook checks
 
     def skips(self, doc: Document) -> bool:
+        if not self.skip:
+            return False
         return doc.kind in self.skip or f"{doc.api_version}/{doc.kind}" in self.skip
 
 

@@ -27,7 +27,7 @@ from trainops.policy.pods import POD_KINDS, PodTemplate, effective_labels, pod_t
 from trainops.profile.model import ClusterProfile
 from trainops.render.inputs import InputGraph, repository_root
 from trainops.report import EXEMPTION_IN_EFFECT
-from trainops.yamlio import locate
+from trainops.yamlio import cycle_collection_paused, locate
 
 EXEMPT_PREFIX = "trainops.dev/exempt-"
 # Rules registered with `security=True`: only the platform's policy config (or an
@@ -48,8 +48,9 @@ class Rule:
     info: catalog.RuleInfo
     scope: str  # "resource" | "pod" | "render"
     check: Callable[..., Iterable[Violation]]
-    # Pod rules: the pods the rule is about (e.g. `uses_gpus`); others never reach it.
-    applies: Callable[[PodTemplate], bool] | None = None
+    # The documents (resource rules) or pods (pod rules) the rule is about, e.g.
+    # `gpu_pod`; others never reach it.
+    applies: Callable[[Any], bool] | None = None
 
     @property
     def id(self) -> str:
@@ -95,6 +96,8 @@ def resource_rule(**fields: Any) -> Callable:
     """Register `check(doc, ctx) -> Iterable[Violation]` for documents of `kinds`.
 
     `kinds` is required: a tuple of kinds, or EVERY_KIND for a rule about any object.
+    `applies`, a predicate on the document (e.g. `common.queued`), keeps the rule from
+    documents it cannot find anything in; it must hold wherever the rule can report.
     `security=True` (any scope) makes the rule one a resource cannot exempt itself from.
     """
     return _register("resource", **fields)
@@ -104,7 +107,8 @@ def pod_rule(**fields: Any) -> Callable:
     """Register `check(pod, ctx) -> Iterable[Violation]` for pod templates (of `kinds`).
 
     `applies`, a predicate on the pod such as `gpu_pod`, keeps the rule from pods it is
-    not about; the engine asks it once per pod for every rule that shares it.
+    not about (it must hold wherever the rule can report); the engine asks it once per
+    pod for every rule that shares it.
     """
     return _register("pod", **fields)
 
@@ -140,7 +144,8 @@ class Context:
         self.has_platform = bool(platform)  # a run or template checked with its cluster
         # Whether exemption annotations may silence security rules here (set by evaluate).
         self.annotations_trusted = False
-        self._index = RenderIndex(documents, platform)
+        with cycle_collection_paused():
+            self._index = RenderIndex(documents, platform)
         self._pods: dict[int, list[PodTemplate]] = {}
 
     def pods(self, doc: Document) -> list[PodTemplate]:
@@ -248,41 +253,17 @@ def evaluate(ctx: Context, settings: PolicySettings) -> list[Finding]:
     """Run every rule over the render in `ctx`; apply exemptions and overrides.
 
     Rules are dispatched by kind: a document meets only the resource rules of its
-    kind (and those that declared `kinds=EVERY_KIND`), and a pod template only the pod
-    rules whose `applies` predicate holds for it (each predicate asked once per pod).
+    kind (and those that declared `kinds=EVERY_KIND`) whose `applies` predicate holds
+    for it, and a pod template only the pod rules whose predicate holds for it (each
+    predicate asked once per document or pod).
     A rule that raises is reported as an internal error for that resource and rule;
     the other rules go on. A violation an exemption covers is reported as an
     `exemption-in-effect` info finding naming the rule, the reason and who granted it.
     """
     ctx.annotations_trusted = annotations_trusted(ctx, settings)
     dispatch = _dispatch(tuple(r for r in _RULES.values() if settings.severity.get(r.id) != "off"))
-    found: list[tuple[Rule, Document | None, PodTemplate | None, Violation]] = []
-    for rule in dispatch.render:
-        try:
-            for doc, violation in rule.check(ctx):
-                found.append((rule, doc, None, violation))
-        except Exception as exc:  # a rule bug must not end the run or hide other findings
-            found.append((rule, None, None, _internal_error(rule, exc)))
-    no_rules: list[Rule] = []
-    for doc in ctx._index.documents:
-        kind = doc.kind
-        for rule in dispatch.resource.get(kind, dispatch.every_resource):
-            try:
-                for violation in rule.check(doc, ctx):
-                    found.append((rule, doc, None, violation))
-            except Exception as exc:
-                found.append((rule, doc, None, _internal_error(rule, exc)))
-        groups = dispatch.pod.get(kind)
-        if not groups:
-            continue
-        for pod in ctx.pods(doc):
-            for applies, rules in groups:
-                for rule in rules if applies is None or applies(pod) else no_rules:
-                    try:
-                        for violation in rule.check(pod, ctx):
-                            found.append((rule, doc, pod, violation))
-                    except Exception as exc:
-                        found.append((rule, doc, pod, _internal_error(rule, exc)))
+    with cycle_collection_paused():
+        found = _violations(ctx, dispatch)
     findings = []
     exempted: dict[tuple[int, str], list[Finding]] = {}
     for rule, doc, pod, violation in found:
@@ -298,43 +279,83 @@ def evaluate(ctx: Context, settings: PolicySettings) -> list[Finding]:
     return findings
 
 
-PodRules = list[tuple[Callable[[PodTemplate], bool] | None, list[Rule]]]
+# Rules grouped by their `applies` predicate (None: every document or pod of the kind).
+Grouped = list[tuple[Callable[[Any], bool] | None, list[Rule]]]
 
 
 @dataclass
 class _Dispatch:
-    """Rules by the kind of document they apply to.
+    """Rules by the kind of document they apply to, grouped by their `applies` predicate.
 
     `every_resource`: resource rules for kinds no rule names. `pod`: per pod-bearing
-    kind, its pod rules grouped by their `applies` predicate.
+    kind, its pod rules.
     """
 
     render: list[Rule]
-    resource: dict[str, list[Rule]]
-    every_resource: list[Rule]
-    pod: dict[str, PodRules]
+    resource: dict[str, Grouped]
+    every_resource: Grouped
+    pod: dict[str, Grouped]
 
 
 @lru_cache(maxsize=8)
 def _dispatch(rules: tuple[Rule, ...]) -> _Dispatch:
-    def for_kind(scoped: list[Rule], kind: str) -> list[Rule]:
-        return [r for r in scoped if not r.info.kinds or kind in r.info.kinds]
+    def for_kind(scoped: list[Rule], kind: str) -> Grouped:
+        groups: dict[Any, list[Rule]] = {}
+        for rule in scoped:
+            if not rule.info.kinds or kind in rule.info.kinds:
+                groups.setdefault(rule.applies, []).append(rule)
+        return list(groups.items())
 
     resource = [r for r in rules if r.scope == "resource"]
-    every_resource = for_kind(resource, "")
     resource_table = {
         kind: for_kind(resource, kind) for rule in resource for kind in rule.info.kinds
     }
     pods = [r for r in rules if r.scope == "pod"]
-    pod_table: dict[str, PodRules] = {}
-    for kind in POD_KINDS | {k for r in pods for k in r.info.kinds}:
-        groups: dict[Any, list[Rule]] = {}
-        for rule in for_kind(pods, kind):
-            groups.setdefault(rule.applies, []).append(rule)
-        pod_table[kind] = list(groups.items())
+    pod_table = {
+        kind: for_kind(pods, kind) for kind in POD_KINDS | {k for r in pods for k in r.info.kinds}
+    }
     return _Dispatch(
-        [r for r in rules if r.scope == "render"], resource_table, every_resource, pod_table
+        [r for r in rules if r.scope == "render"],
+        resource_table,
+        for_kind(resource, ""),
+        pod_table,
     )
+
+
+Found = list[tuple[Rule, Document | None, PodTemplate | None, Violation]]
+
+
+def _violations(ctx: Context, dispatch: _Dispatch) -> Found:
+    """Every rule's violations over the render, with the rule, document and pod of each."""
+    found: Found = []
+    for rule in dispatch.render:
+        try:
+            for doc, violation in rule.check(ctx):
+                found.append((rule, doc, None, violation))
+        except Exception as exc:  # a rule bug must not end the run or hide other findings
+            found.append((rule, None, None, _internal_error(rule, exc)))
+    no_rules: list[Rule] = []
+    for doc in ctx._index.documents:
+        kind = doc.kind
+        for applies, rules in dispatch.resource.get(kind, dispatch.every_resource):
+            for rule in rules if applies is None or applies(doc) else no_rules:
+                try:
+                    for violation in rule.check(doc, ctx):
+                        found.append((rule, doc, None, violation))
+                except Exception as exc:
+                    found.append((rule, doc, None, _internal_error(rule, exc)))
+        groups = dispatch.pod.get(kind)
+        if not groups:
+            continue
+        for pod in ctx.pods(doc):
+            for applies, rules in groups:
+                for rule in rules if applies is None or applies(pod) else no_rules:
+                    try:
+                        for violation in rule.check(pod, ctx):
+                            found.append((rule, doc, pod, violation))
+                    except Exception as exc:
+                        found.append((rule, doc, pod, _internal_error(rule, exc)))
+    return found
 
 
 def _internal_error(rule: Rule, exc: Exception) -> Violation:
@@ -438,6 +459,7 @@ def _finding(
     fix="Write `trainops.dev/exempt-<rule-id>: <why this resource may break the rule>` with a "
     "rule id from `trainops policies list`.",
     kinds=EVERY_KIND,
+    applies=lambda doc: bool(doc.metadata.get("annotations")),
 )
 def exemption_annotations(doc: Document, ctx: Context) -> Iterator[Violation]:
     annotations = doc.metadata.get("annotations")
