@@ -334,11 +334,12 @@ def _violations(ctx: Context, dispatch: _Dispatch) -> Found:
                 found.append((rule, doc, None, violation))
         except Exception as exc:  # a rule bug must not end the run or hide other findings
             found.append((rule, None, None, _internal_error(rule, exc)))
-    no_rules: list[Rule] = []
     for doc in ctx._index.documents:
         kind = doc.kind
         for applies, rules in dispatch.resource.get(kind, dispatch.every_resource):
-            for rule in rules if applies is None or applies(doc) else no_rules:
+            if applies is not None and not _holds(applies, doc):
+                continue
+            for rule in rules:
                 try:
                     for violation in rule.check(doc, ctx):
                         found.append((rule, doc, None, violation))
@@ -349,13 +350,24 @@ def _violations(ctx: Context, dispatch: _Dispatch) -> Found:
             continue
         for pod in ctx.pods(doc):
             for applies, rules in groups:
-                for rule in rules if applies is None or applies(pod) else no_rules:
+                if applies is not None and not _holds(applies, pod):
+                    continue
+                for rule in rules:
                     try:
                         for violation in rule.check(pod, ctx):
                             found.append((rule, doc, pod, violation))
                     except Exception as exc:
                         found.append((rule, doc, pod, _internal_error(rule, exc)))
     return found
+
+
+def _holds(applies: Callable[[Any], bool], subject: Document | PodTemplate) -> bool:
+    """Whether an `applies` predicate holds; one that raises lets its rules run, so that
+    they report what they make of the input (an internal error at worst)."""
+    try:
+        return applies(subject)
+    except Exception:
+        return True
 
 
 def _internal_error(rule: Rule, exc: Exception) -> Violation:
@@ -450,6 +462,11 @@ def _finding(
     )
 
 
+def exemption_annotations_present(doc: Document) -> bool:
+    """Documents with annotations (where an exemption annotation could be)."""
+    return bool(doc.metadata.get("annotations"))
+
+
 @resource_rule(
     id="policy-exemption",
     severity="error",
@@ -459,7 +476,7 @@ def _finding(
     fix="Write `trainops.dev/exempt-<rule-id>: <why this resource may break the rule>` with a "
     "rule id from `trainops policies list`.",
     kinds=EVERY_KIND,
-    applies=lambda doc: bool(doc.metadata.get("annotations")),
+    applies=exemption_annotations_present,
 )
 def exemption_annotations(doc: Document, ctx: Context) -> Iterator[Violation]:
     annotations = doc.metadata.get("annotations")
