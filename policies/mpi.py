@@ -249,6 +249,20 @@ def _image_name(container: dict) -> str:
     return name.split(":", 1)[0]
 
 
+def _deployment_images(doc: Document) -> list[str]:
+    """Image names (no registry, tag or digest) of a Deployment's containers."""
+    template = mapping(mapping(doc.obj.get("spec")).get("template"))
+    return [_image_name(c) for c in dicts(mapping(template.get("spec")).get("containers"))]
+
+
+def _mpijob_owner(doc: Document) -> bool:
+    """A Training Operator Deployment or the mpijobs CRD: what `mpijob-crd-owners` reports on
+    (so that a render without them is never scanned for operators)."""
+    if doc.kind == "CustomResourceDefinition":
+        return doc.name == "mpijobs.kubeflow.org"
+    return "training-operator" in _deployment_images(doc)
+
+
 def _operators(ctx: Context) -> tuple[list[Document], list[Document]]:
     """(Training Operators that serve MPIJob, MPI Operators) among the render's Deployments."""
 
@@ -287,6 +301,7 @@ def _operators(ctx: Context) -> tuple[list[Document], list[Document]]:
     "with the MPI Operator, the Training Operator runs with --enable-scheme for every kind "
     "but mpijob and without its MPIJob CRD (base/operators/training-operator-without-mpijob).",
     kinds=("Deployment", "CustomResourceDefinition"),
+    applies=_mpijob_owner,
 )
 def crd_owners(doc: Document, ctx: Context) -> Iterator[Violation]:
     training, mpi = _operators(ctx)

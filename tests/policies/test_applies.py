@@ -24,9 +24,9 @@ from trainops.policy.engine import Context, PolicySettings, evaluate, registered
 from trainops.policy.settings import PACK_MODULE, load_pack
 
 load_pack(REPO / "policies")
-common, gitops, nccl, placement, scheduling = (
+common, gitops, nccl, placement, scheduling, mpi = (
     importlib.import_module(f"{PACK_MODULE}.{name}")
-    for name in ("common", "gitops", "nccl", "placement", "scheduling")
+    for name in ("common", "gitops", "nccl", "placement", "scheduling", "mpi")
 )
 
 PRECONDITIONS = {
@@ -45,6 +45,7 @@ PRECONDITIONS = {
     scheduling._may_misplace_queue_label,
     nccl._may_pick_interface,
     gitops._unnamed,
+    mpi._mpijob_owner,
     engine.exemption_annotations_present,
 }
 RENDERS = [
