@@ -12,6 +12,7 @@ import posixpath
 import re
 from collections.abc import Iterator
 
+from trainops import multus
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy.engine import Context, Violation, pod_rule, render_rule, resource_rule
 from trainops.policy.pods import GPU_RESOURCES, PodTemplate, dicts, mapping, resources
@@ -353,9 +354,7 @@ def capabilities(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
                 yield Violation(f"container {container.get('name')} adds {raw}", at)
                 continue
             if rdma is None:
-                rdma = common.on_rdma_fabric(pod, ctx) or any(
-                    common.rdma_resources(c) for c in pod.containers
-                )
+                rdma = _may_use_rdma(pod, ctx)
             if not rdma:
                 yield Violation(
                     f"container {container.get('name')} adds IPC_LOCK but the pod uses no RDMA",
@@ -380,6 +379,21 @@ def host_ports(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
                     f"container {container.get('name')} binds hostPort {port.get('hostPort')}",
                     (*pod.path, key, index, "ports", position, "hostPort"),
                 )
+
+
+def _may_use_rdma(pod: PodTemplate, ctx: Context) -> bool:
+    """An RDMA network or device, or a secondary network with a device of its own: an
+    SR-IOV VF (e.g. the Network Operator's nvidia.com/mlnxnics on an InfiniBand network)
+    is RDMA-capable whatever its resource is called."""
+    if common.on_rdma_fabric(pod, ctx) or any(common.rdma_resources(c) for c in pod.containers):
+        return True
+    if not pod.annotations.get(multus.ANNOTATION):
+        return False
+    return any(
+        "/" in str(name) and str(name) not in GPU_RESOURCES
+        for c in pod.containers
+        for name in resources(c, "limits")
+    )
 
 
 @pod_rule(

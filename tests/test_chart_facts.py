@@ -58,7 +58,8 @@ def test_kueues_kube_system_role_binding_is_switched_off_by_one_value():
 def test_the_kueue_add_on_turns_it_off_and_the_platform_binds_the_charts_account():
     appsets = list(yaml.safe_load_all((REPO / "argocd/applicationsets/addons.yaml").read_text()))
     [kueue] = [a for a in appsets if a["metadata"]["name"] == "kueue"]
-    helm = kueue["spec"]["template"]["spec"]["source"]["helm"]
+    # The chart's source (the other one only supplies the generated values file).
+    [helm] = [s["helm"] for s in kueue["spec"]["template"]["spec"]["sources"] if "helm" in s]
     values = helm["valuesObject"]
     key, off = CHARTS["kueue"].objects[0].unless
     assert values[key] == off

@@ -215,7 +215,7 @@ def test_set_changes_only_the_edited_line_and_keeps_hand_comments(trainops, work
         ("nodes: 16  # racks a and b", "nodes: 24  # racks a and b")
     ]
     generated = (workspace / "overlays/prod-roce/platform/queue.yaml").read_text()
-    assert "24 nodes x 8 GPUs" in generated  # derived files regenerated
+    assert "23 nodes x 8 GPUs, 1 spare node" in generated  # derived files regenerated
 
 
 def test_set_a_map_key_keeps_its_quoting_and_reaches_every_template(trainops, workspace):

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.support import REPO
-from trainops.policy.engine import registered
+from trainops.policy.engine import SECURITY, registered
 from trainops.policy.settings import load_pack
 
 EXAMPLES = yaml.safe_load((REPO / "policies" / "examples.yaml").read_text())
@@ -54,7 +54,7 @@ def rules_by_target(trainops) -> dict[str, set[str]]:
 
 def test_every_policy_rule_has_examples():
     load_pack(REPO / "policies")
-    policy_rules = {i for i, r in registered().items() if r.info.category == "policy"}
+    policy_rules = {i for i, r in registered().items() if r.info.category in ("policy", SECURITY)}
     assert set(EXAMPLES) == policy_rules
     for rule, entry in EXAMPLES.items():
         assert {"fires", "case", "fixture"} & set(entry), rule

@@ -212,6 +212,7 @@ def test_argo_cd_gives_each_team_a_project_and_runs_application_set_of_its_own(t
         "MPIJob",
         "TFJob",
         "TrainJob",
+        "Job",  # a run's data-preparation Job
     }
     # The platform project reaches the team namespaces (their queues, claims, networks).
     platform = projects["trainops-platform"]["destinations"]

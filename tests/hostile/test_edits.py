@@ -21,8 +21,8 @@ from tests.hostile.harness import assert_handled, assert_refused, run_cli, write
 from tests.workspace import status
 from trainops import fsutil
 
-EDIT = ("set", "lab-tcp", "nccl.NCCL_BUFFSIZE=8388608")  # cluster.yaml + 5 derived files
-WRITES = 6
+EDIT = ("set", "lab-tcp", "nccl.NCCL_BUFFSIZE=8388608")  # cluster.yaml + 4 derived files
+WRITES = 5
 
 
 def _trainops(root: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
@@ -134,6 +134,7 @@ def test_new_cluster_whose_rename_fails_leaves_nothing(workspace: Path, monkeypa
 def test_a_directory_where_a_generated_file_belongs(workspace: Path):
     """A real failing write (root ignores file modes): nothing else changes."""
     target = workspace / "overlays/lab-tcp/training/cluster/mpi-forward.yaml"
+    target.unlink(missing_ok=True)
     (target / "blocker").mkdir(parents=True)
     before = status(workspace)
     outcome = run_cli(*EDIT, cwd=workspace)

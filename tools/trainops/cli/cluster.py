@@ -25,6 +25,7 @@ from trainops.profile.model import (
     ProfileError,
     parse_profile,
 )
+from trainops.profile.run_scope import RunScope, run_path
 from trainops.profile.runs import (
     DEFAULT_DATA_PATH,
     FAILURE_CAUSES,
@@ -410,6 +411,7 @@ def new_run(
         dataset_claim=dataset_claim,
         prepare=prepare,
         failure_patterns=list(failure_patterns),
+        scope=RunScope(team, priority, topology),
     )
     report(write_run(repository_root(), cluster, run, options, force))
-    click.echo(f"next: trainops validate overlays/{cluster}/runs/{run}")
+    click.echo(f"next: trainops validate overlays/{cluster}/{run_path(team, run)}")
