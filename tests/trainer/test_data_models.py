@@ -75,7 +75,7 @@ def test_bad_token_files_are_rejected(tmp_path):
     np.arange(4, dtype=np.uint16).tofile(short)
     with pytest.raises(ConfigError, match="4 tokens, but one sample needs"):
         load_tokens(short, 4, None)
-    with pytest.raises(ConfigError, match="token 3 is outside --vocab-size 2"):
+    with pytest.raises(ConfigError, match="token 3 is outside the vocabulary of 2"):
         load_tokens(short, 2, 2)
 
 
