@@ -67,14 +67,11 @@ def defaults_from(
     skip = set(env_set)
     defaults = {}
     for key, value in table.items():
+        if isinstance(value, dict):
+            raise ConfigError(f"{path}: [{key}] is a table; the file is flat: one key per flag")
         action = actions.get(key)
         if action is None:
-            hint = (
-                " (the file is flat: one key per flag, no tables)"
-                if isinstance(value, dict)
-                else ""
-            )
-            raise ConfigError(f"{path}: unknown key {key!r}{hint}; keys are the long flags")
+            raise ConfigError(f"{path}: unknown key {key!r}; keys are the long flags")
         try:
             parsed = _parse(action, value)
         except (argparse.ArgumentTypeError, ConfigError, ValueError) as error:
