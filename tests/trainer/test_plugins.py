@@ -137,6 +137,16 @@ def test_bad_plugin_paths_are_config_errors(flag, path, message):
     assert message in str(error.value)
 
 
+def test_a_plugin_model_may_read_the_builtin_token_shards(tmp_path):
+    model = f"{HERE}:build_regressor"
+    shards = str(tmp_path / "shards")
+    args = ["--max-steps", "1", "--model", model, "--dataset", "tokens", "--data-path", shards]
+    config = parse_args(args, {})
+    assert config.model.name == model and config.data.dataset == "tokens"
+    with pytest.raises(ConfigError, match="use --model gpt or llama"):
+        parse_args(["--max-steps", "1", "--dataset", "tokens", "--data-path", "x"], {})
+
+
 def test_a_bad_import_path_is_one_line_and_exit_2():
     done = run_module(
         "--max-steps", "1", "--model", f"{HERE}:missing", env=trainer_env(PYTHONPATH=str(REPO))

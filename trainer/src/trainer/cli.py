@@ -458,7 +458,8 @@ def read_command_line(
     builtin_data = not plugins.is_import_path(args.dataset)
     if builtin_data and args.dataset != "synthetic" and args.data_path is None:
         raise ConfigError(f"--dataset {args.dataset} needs --data-path")
-    if args.dataset == "tokens" and args.model not in cfg.LANGUAGE_MODELS:
+    builtin_model = not plugins.is_import_path(args.model)
+    if args.dataset == "tokens" and builtin_model and args.model not in cfg.LANGUAGE_MODELS:
         raise ConfigError(
             "--dataset tokens feeds a language model: use --model "
             + " or ".join(cfg.LANGUAGE_MODELS)

@@ -100,6 +100,7 @@ def _convert(action: argparse.Action, value: object) -> object:
 
 
 def _toml_type_of(action: argparse.Action) -> type:
+    # trainer.cli names its number parsers *_int and *_float.
     name = getattr(action.type, "__name__", "")
     if name.endswith("_int"):
         return int
