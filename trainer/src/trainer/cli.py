@@ -265,9 +265,10 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "--weights",
         type=Path,
         metavar="PATH",
-        help="llama: initial weights, a .safetensors file or a directory of them (with "
+        help="initial weights, a .safetensors file or a directory of them (with "
         "model.safetensors.index.json when sharded), from a local path or the dataset "
-        "claim; a resume loads the checkpoint instead",
+        "claim; names and shapes are the model's (Hugging Face Llama checkpoints fit "
+        "--model llama); a resume loads the checkpoint instead",
     )
     model.add_argument(
         "--loss",
@@ -468,8 +469,6 @@ def read_command_line(
         raise ConfigError(
             f"--model {args.model} reads token data: use --dataset tokens or synthetic"
         )
-    if args.weights is not None and args.model != "llama":
-        raise ConfigError("--weights loads a llama model: use --model llama")
     if args.expect_gdr and args.expect_transport == "socket":
         raise ConfigError("--expect-gdr needs --expect-transport ib (sockets have no GPUDirect)")
     if args.checkpoint_dir is not None:

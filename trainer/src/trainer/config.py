@@ -46,7 +46,7 @@ class ModelConfig:
     ffn_dim: int | None = None  # llama: SwiGLU hidden size; None: from the width
     rope_theta: float = 10000.0  # llama
     norm_eps: float = 1e-5  # llama
-    weights: Path | None = None  # llama: safetensors file or directory to start from
+    weights: Path | None = None  # safetensors file or directory to start from
 
 
 @dataclass(frozen=True)
