@@ -4,6 +4,7 @@ from real files, and a two-rank run of it on uint32 token shards."""
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -169,13 +170,15 @@ def write_tokenizer(path, words: list[str]) -> None:
     tokenizer.save(str(path))
 
 
-def test_the_tokenizer_sets_the_vocabulary_and_checks_the_data(tmp_path):
+def test_the_tokenizer_sets_the_vocabulary_and_checks_the_data(tmp_path, caplog):
     write_tokenizer(tmp_path / "tokenizer.json", [f"w{i}" for i in range(59)])
     assert load_tokenizer(tmp_path).get_vocab_size() == 60
     shard = tmp_path / "tokens.npy"
     np.save(shard, (np.arange(200) % 60).astype(np.uint32))
     config = DataConfig(dataset="tokens", path=shard, seq_len=8, tokenizer=tmp_path)
-    assert load_dataset(config, "llama").spec.vocab_size == 60
+    with caplog.at_level(logging.INFO, logger="trainer"):
+        assert load_dataset(config, "llama").spec.vocab_size == 60
+    assert "sample 0 starts '[UNK] w0 w1 w2 w3 w4 w5 w6'" in caplog.text
     np.save(shard, (np.arange(200) % 61).astype(np.uint32))
     with pytest.raises(ConfigError, match="token 60 is outside the vocabulary of 60"):
         load_dataset(config, "llama")

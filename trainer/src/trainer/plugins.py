@@ -34,8 +34,6 @@ import torch
 
 from trainer.errors import ConfigError
 
-KINDS = ("model", "dataset", "loss", "optimizer")
-
 
 class Dataset(Protocol):
     """What a dataset, built-in or plug-in, offers the training loop."""
