@@ -75,7 +75,7 @@ def test_bad_token_files_are_rejected(tmp_path):
     np.arange(4, dtype=np.uint16).tofile(short)
     with pytest.raises(ConfigError, match="4 tokens, but one sample needs"):
         load_tokens(short, 4, None)
-    with pytest.raises(ConfigError, match="token 3 is outside --vocab-size 2"):
+    with pytest.raises(ConfigError, match="token 3 is outside the vocabulary of 2"):
         load_tokens(short, 2, 2)
 
 
@@ -147,3 +147,52 @@ def test_gpt_trains_on_a_memory_mapped_token_file(token_file):
     assert step["tokens_per_second"] == pytest.approx(step["samples_per_second"] * 16)
     flops = run.events("start")[0]["flops_per_sample"]
     assert step["mfu"] == pytest.approx(flops * step["samples_per_second"] / (2 * 1e12))
+
+
+def test_npy_shards_declare_uint16_or_uint32_and_windows_span_shards(tmp_path):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    stream = np.arange(100_000, 100_050, dtype=np.uint32)
+    np.save(shards / "00.npy", stream[:7])
+    np.save(shards / "01.npy", stream[7:30])
+    np.save(shards / "02.npy", stream[30:])
+    (shards / ".ignored").write_bytes(b"hidden files are not shards")
+    data = load_tokens(shards, seq_len=5, vocab_size=None)
+    assert len(data) == (50 - 1) // 5
+    assert data.spec.vocab_size == 100_050
+    for i in range(len(data)):
+        inputs, targets = data.batch(np.array([i]))
+        assert inputs[0].tolist() == stream[i * 5 : i * 5 + 5].tolist()
+        assert targets[0].tolist() == stream[i * 5 + 1 : i * 5 + 6].tolist()
+    small = tmp_path / "small.npy"
+    np.save(small, np.arange(20, dtype=np.uint16))
+    assert load_tokens(small, 4, None).batch(np.array([1]))[0][0].tolist() == [4, 5, 6, 7]
+
+
+@pytest.mark.parametrize(
+    ("array", "message"),
+    [
+        (np.arange(10, dtype=np.float32), "1-D array of uint16 or uint32, got float32"),
+        (np.zeros((3, 4), dtype=np.uint32), "got uint32 [3, 4]"),
+        (np.array([{"a": 1}], dtype=object), "not a readable .npy file"),
+    ],
+)
+def test_npy_shards_of_other_dtypes_or_objects_are_refused(tmp_path, array, message):
+    path = tmp_path / "bad.npy"
+    np.save(path, array, allow_pickle=True)
+    with pytest.raises(ConfigError) as error:
+        load_tokens(path, 2, None)
+    assert message in str(error.value)
+
+
+def test_a_shard_directory_keeps_to_itself(tmp_path):
+    outside = tmp_path / "outside.bin"
+    np.arange(20, dtype=np.uint16).tofile(outside)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    (shards / "0.bin").symlink_to(outside)
+    with pytest.raises(ConfigError, match="not a token shard inside"):
+        load_tokens(shards, 2, None)
+    (shards / "0.bin").unlink()
+    with pytest.raises(ConfigError, match="no token shards"):
+        load_tokens(shards, 2, None)

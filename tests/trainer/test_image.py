@@ -28,6 +28,14 @@ def test_runs_as_non_root_with_trainer_launch_as_entry_point():
     assert "--no-deps /opt/trainer" in DOCKERFILE
 
 
+def test_the_image_installs_every_dependency_but_the_base_images_torch_and_numpy():
+    project = tomllib.loads((REPO / "trainer" / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[<>=!~ ]", dependency)[0] for dependency in project["dependencies"]}
+    installs = [line for line in DOCKERFILE.splitlines() if "pip install" in line]
+    installed = set(re.findall(r'"([a-z][a-z0-9-]*)[<>=]', "\n".join(installs)))
+    assert names - {"torch", "numpy"} == installed
+
+
 def test_every_trainer_flag_is_documented():
     guide = (REPO / "docs" / "trainer.md").read_text()
     flags = {

@@ -99,7 +99,12 @@ def file_crc32(path: Path) -> str:
 
 
 def write_manifest(
-    directory: Path, step: int, world_size: int, job: JobIdentity, launch_tag: str
+    directory: Path,
+    step: int,
+    world_size: int,
+    job: JobIdentity,
+    launch_tag: str,
+    run_config: Mapping | None = None,
 ) -> None:
     files = {}
     for path in sorted(directory.iterdir()):
@@ -114,6 +119,8 @@ def write_manifest(
         "job": identity_record(job),
         "launch": launch_tag,
         "files": files,
+        # The resolved config of the run that saved (JSON, like the rest: never pickled).
+        "config": dict(run_config or {}),
     }
     tmp = directory / (MANIFEST + ".tmp")
     with tmp.open("w") as handle:
@@ -295,6 +302,7 @@ class Checkpointer:
         self.last_save_seconds: float | None = None
         self.last_blocking_seconds: float | None = None
         self.failed_saves = 0
+        self.run_config: Mapping = {}  # recorded in every manifest
         # Called on the training thread as on_saved(step, save_seconds, blocking_seconds)
         # and on_failed(step, reason).
         self.on_saved: Callable[[int, float, float], None] | None = None
@@ -408,7 +416,9 @@ class Checkpointer:
         self._finalize(tmp, step)
 
     def _finalize(self, tmp: Path, step: int) -> None:
-        write_manifest(tmp, step, self.world_size, self.config.job, self.launch_tag)
+        write_manifest(
+            tmp, step, self.world_size, self.config.job, self.launch_tag, self.run_config
+        )
         target = self.directory / f"step-{step}"
         if os.path.lexists(target):
             if self._saved_by_this_launch(target):

@@ -1,8 +1,8 @@
-"""Command line of `python -m trainer`: flags and environment into a `TrainConfig`.
+"""Command line of `python -m trainer`: flags, environment and config file into a `TrainConfig`.
 
-Flags win over environment variables; the job templates set the environment
-(TRAINER_CHECKPOINT_DIR, TRAINER_JOB_NAME, TRAINER_JOB_UID, TRAINER_METRICS_PORT,
-TRAINER_EXPECT_TRANSPORT, TRAINER_EXPECT_GDR) and runs add flags.
+Flags win over environment variables, which win over the config file (`--config`,
+see `trainer.configfile`); the job templates set the environment (ENVIRONMENT below)
+and runs add flags or a file.
 """
 
 from __future__ import annotations
@@ -15,8 +15,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from trainer import config as cfg
+from trainer import configfile, plugins
 from trainer.errors import EXIT_CODE_DOCS, ConfigError, ExitCode, TrainerError
 from trainer.ownership import check_directory
+
+# Flags whose default the job templates set through the environment, by dest.
+ENVIRONMENT = {
+    "checkpoint_dir": "TRAINER_CHECKPOINT_DIR",
+    "job_name": "TRAINER_JOB_NAME",
+    "job_uid": "TRAINER_JOB_UID",
+    "metrics_port": "TRAINER_METRICS_PORT",
+    "expect_transport": "TRAINER_EXPECT_TRANSPORT",
+    "expect_gdr": "TRAINER_EXPECT_GDR",
+}
 
 EPILOG = "exit codes:\n" + "\n".join(
     f"  {int(code):>3}  {text}" for code, text in EXIT_CODE_DOCS.items()
@@ -114,7 +125,7 @@ def env_flag(env: Mapping[str, str], name: str) -> bool:
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
-    checkpoint_dir = env.get("TRAINER_CHECKPOINT_DIR") or None
+    checkpoint_dir = env.get(ENVIRONMENT["checkpoint_dir"]) or None
     parser = _Parser(
         prog="python -m trainer",
         description="Train a small model with DistributedDataParallel: resumable, "
@@ -123,12 +134,25 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    source = parser.add_argument_group("config file")
+    source.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="TOML file of flag values (keys are the long flags: max-steps = 100); "
+        "the environment and the command line win over it",
+    )
+    source.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config as a file --config reads, and exit",
+    )
+
     run = parser.add_argument_group("run")
     run.add_argument(
         "--max-steps",
         type=_positive_int,
-        required=True,
-        help="optimizer steps of the whole job (not of this launch)",
+        help="optimizer steps of the whole job (not of this launch); required",
     )
     run.add_argument(
         "--seed",
@@ -159,12 +183,14 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     data = parser.add_argument_group("data")
     data.add_argument(
         "--dataset",
-        choices=cfg.DATASETS,
+        type=plugins.parse_choice("dataset", cfg.DATASETS),
         default="synthetic",
-        help="synthetic (generated from the seed), npz (arrays x and y) "
-        "or tokens (a flat uint16 token file, memory-mapped)",
+        metavar="NAME|MODULE:ATTR",
+        help="synthetic (generated from the seed), npz (arrays x and y), tokens "
+        "(token shards, memory-mapped: a .npy of uint16 or uint32, a raw uint16 file, "
+        "or a directory of them) or a plug-in's import path",
     )
-    data.add_argument("--data-path", type=Path, help="file for --dataset npz or tokens")
+    data.add_argument("--data-path", type=Path, help="file or directory of the dataset")
     data.add_argument(
         "--batch-size",
         type=_positive_int,
@@ -186,16 +212,80 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     data.add_argument(
         "--vocab-size",
         type=_positive_int,
-        help="token datasets: vocabulary size (default: largest token + 1)",
+        help="token datasets: vocabulary size (default: the tokenizer's, else largest token + 1)",
+    )
+    data.add_argument(
+        "--tokenizer",
+        type=Path,
+        metavar="PATH",
+        help="tokenizer.json (or a directory holding one) of the token data, from a local "
+        "path or the dataset claim: sets the vocabulary and checks the data against it",
+    )
+    data.add_argument(
+        "--prefetch",
+        type=_non_negative_int,
+        default=2,
+        metavar="BATCHES",
+        help="batches assembled ahead on a background thread (default 2; 0: on the "
+        "training thread)",
     )
 
     model = parser.add_argument_group("model")
-    model.add_argument("--model", choices=cfg.MODELS, default="mlp")
+    model.add_argument(
+        "--model",
+        type=plugins.parse_choice("model", cfg.MODELS),
+        default="mlp",
+        metavar="NAME|MODULE:ATTR",
+        help=f"{', '.join(cfg.MODELS)} or a plug-in's import path (default mlp)",
+    )
     model.add_argument("--width", type=_positive_int, help="hidden size (default per model)")
-    model.add_argument("--depth", type=_positive_int, default=2, help="gpt blocks (default 2)")
-    model.add_argument("--heads", type=_positive_int, default=4, help="gpt heads (default 4)")
+    model.add_argument(
+        "--depth", type=_positive_int, default=2, help="gpt/llama blocks (default 2)"
+    )
+    model.add_argument(
+        "--heads", type=_positive_int, default=4, help="gpt/llama attention heads (default 4)"
+    )
+    model.add_argument(
+        "--kv-heads",
+        type=_positive_int,
+        help="llama key/value heads, dividing --heads (grouped-query attention; default --heads)",
+    )
+    model.add_argument(
+        "--ffn-dim",
+        type=_positive_int,
+        help="llama SwiGLU hidden size (default 8/3 x width, rounded up to a multiple of 64)",
+    )
+    model.add_argument(
+        "--rope-theta", type=_positive_float, default=10000.0, help="llama RoPE base (default 1e4)"
+    )
+    model.add_argument(
+        "--norm-eps", type=_positive_float, default=1e-5, help="llama RMSNorm epsilon"
+    )
+    model.add_argument(
+        "--weights",
+        type=Path,
+        metavar="PATH",
+        help="initial weights, a .safetensors file or a directory of them (with "
+        "model.safetensors.index.json when sharded), from a local path or the dataset "
+        "claim; names and shapes are the model's (Hugging Face Llama checkpoints fit "
+        "--model llama); a resume loads the checkpoint instead",
+    )
+    model.add_argument(
+        "--loss",
+        type=plugins.parse_choice("loss", cfg.LOSSES),
+        default="cross-entropy",
+        metavar="NAME|MODULE:ATTR",
+        help="cross-entropy (default) or a plug-in's import path",
+    )
 
     optim = parser.add_argument_group("optimizer")
+    optim.add_argument(
+        "--optimizer",
+        type=plugins.parse_choice("optimizer", cfg.OPTIMIZERS),
+        default="adamw",
+        metavar="NAME|MODULE:ATTR",
+        help="adamw (default) or a plug-in's import path",
+    )
     optim.add_argument(
         "--lr", type=_positive_float, default=1e-3, help="learning rate for one rank (default 1e-3)"
     )
@@ -256,13 +346,13 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     ckpt.add_argument(
         "--job-name",
-        default=env.get("TRAINER_JOB_NAME") or None,
+        default=env.get(ENVIRONMENT["job_name"]) or None,
         help="name of this job, recorded in its checkpoints; a resume refuses checkpoints "
         "of another job (env TRAINER_JOB_NAME; the templates pass the operator's job name)",
     )
     ckpt.add_argument(
         "--job-uid",
-        default=env.get("TRAINER_JOB_UID") or None,
+        default=env.get(ENVIRONMENT["job_uid"]) or None,
         help="uid of this job, recorded with its name (env TRAINER_JOB_UID; the Trainer v2 "
         "templates pass the JobSet's uid; unset: the name alone identifies the job)",
     )
@@ -318,7 +408,7 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     metrics.add_argument(
         "--metrics-port",
         type=_non_negative_int,
-        default=env_int(env, "TRAINER_METRICS_PORT", 0),
+        default=env_int(env, ENVIRONMENT["metrics_port"], 0),
         help="Prometheus port on rank 0 (env TRAINER_METRICS_PORT; 0: off)",
     )
     metrics.add_argument(
@@ -335,27 +425,50 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     transport.add_argument(
         "--expect-transport",
         choices=cfg.TRANSPORTS,
-        default=env_choice(env, "TRAINER_EXPECT_TRANSPORT", cfg.TRANSPORTS),
+        default=env_choice(env, ENVIRONMENT["expect_transport"], cfg.TRANSPORTS),
         help="fail fast unless NCCL uses this network (env TRAINER_EXPECT_TRANSPORT)",
     )
     transport.add_argument(
         "--expect-gdr",
         action="store_true",
-        default=env_flag(env, "TRAINER_EXPECT_GDR"),
+        default=env_flag(env, ENVIRONMENT["expect_gdr"]),
         help="fail fast unless inter-node traffic uses GPUDirect RDMA (env TRAINER_EXPECT_GDR)",
     )
     return parser
 
 
-def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None):
+def parse_args(
+    argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
+) -> cfg.TrainConfig:
+    return read_command_line(argv, env)[0]
+
+
+def read_command_line(
+    argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
+) -> tuple[cfg.TrainConfig, bool]:
+    """The run's config, and whether --print-config asked only to print it."""
     env = os.environ if env is None else env
-    args = build_parser(env).parse_args(argv)
-    if args.dataset != "synthetic" and args.data_path is None:
+    parser = build_parser(env)
+    args = parser.parse_args(argv)
+    if args.config is not None:
+        env_set = [dest for dest, name in ENVIRONMENT.items() if env.get(name, "").strip()]
+        parser.set_defaults(**configfile.defaults_from(args.config, parser, env_set))
+        args = parser.parse_args(argv)
+    if args.max_steps is None:
+        raise ConfigError("--max-steps is required (a flag, or max-steps in --config)")
+    builtin_data = not plugins.is_import_path(args.dataset)
+    if builtin_data and args.dataset != "synthetic" and args.data_path is None:
         raise ConfigError(f"--dataset {args.dataset} needs --data-path")
-    if args.dataset == "tokens" and args.model != "gpt":
-        raise ConfigError("--dataset tokens feeds a language model: use --model gpt")
-    if args.dataset == "npz" and args.model == "gpt":
-        raise ConfigError("--model gpt reads token data: use --dataset tokens or synthetic")
+    builtin_model = not plugins.is_import_path(args.model)
+    if args.dataset == "tokens" and builtin_model and args.model not in cfg.LANGUAGE_MODELS:
+        raise ConfigError(
+            "--dataset tokens feeds a language model: use --model "
+            + " or ".join(cfg.LANGUAGE_MODELS)
+        )
+    if args.dataset == "npz" and args.model in cfg.LANGUAGE_MODELS:
+        raise ConfigError(
+            f"--model {args.model} reads token data: use --dataset tokens or synthetic"
+        )
     if args.expect_gdr and args.expect_transport == "socket":
         raise ConfigError("--expect-gdr needs --expect-transport ib (sockets have no GPUDirect)")
     if args.checkpoint_dir is not None:
@@ -376,9 +489,23 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
             num_samples=args.num_samples,
             vocab_size=args.vocab_size,
             seed=args.seed,
+            tokenizer=args.tokenizer,
+            prefetch=args.prefetch,
         ),
-        model=cfg.ModelConfig(args.model, args.width, args.depth, args.heads),
+        model=cfg.ModelConfig(
+            args.model,
+            args.width,
+            args.depth,
+            args.heads,
+            kv_heads=args.kv_heads,
+            ffn_dim=args.ffn_dim,
+            rope_theta=args.rope_theta,
+            norm_eps=args.norm_eps,
+            weights=args.weights,
+        ),
+        loss=args.loss,
         optim=cfg.OptimConfig(
+            name=args.optimizer,
             lr=args.lr,
             lr_scaling=args.lr_scaling,
             schedule=args.lr_schedule,
@@ -407,7 +534,8 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         ),
         transport=cfg.TransportConfig(args.expect_transport, args.expect_gdr),
         faults=tuple(args.inject_fault),
-    )
+        resolved=configfile.resolved(parser, args),
+    ), args.print_config
 
 
 def launch_rank() -> int:
@@ -429,7 +557,10 @@ def report_error(error: TrainerError) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        config = parse_args(argv)
+        config, print_only = read_command_line(argv)
+        if print_only:
+            print(configfile.to_toml(config.resolved), end="")
+            return int(ExitCode.OK)
         from trainer.train import run
 
         return int(run(config))

@@ -10,8 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MODELS = ("mlp", "cnn", "gpt")
+MODELS = ("mlp", "cnn", "gpt", "llama")
+LANGUAGE_MODELS = ("gpt", "llama")
 DATASETS = ("synthetic", "npz", "tokens")
+LOSSES = ("cross-entropy",)
+OPTIMIZERS = ("adamw",)
 LR_SCALING = ("linear", "sqrt", "none")
 LR_SCHEDULES = ("cosine", "constant")
 CHECKPOINT_MODES = ("async", "sync")
@@ -29,18 +32,26 @@ class DataConfig:
     num_samples: int = 4096  # size of the synthetic dataset
     vocab_size: int | None = None  # token datasets: inferred from the file when unset
     seed: int = 0
+    tokenizer: Path | None = None  # tokenizer.json, or a directory holding one
+    prefetch: int = 2  # batches assembled ahead on a background thread; 0: none
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    name: str = "mlp"
+    name: str = "mlp"  # a built-in name, or a plug-in's module:attr (trainer.plugins)
     width: int | None = None  # hidden size; each model has its own default
-    depth: int = 2  # transformer blocks (gpt)
-    heads: int = 4  # attention heads (gpt)
+    depth: int = 2  # transformer blocks (gpt, llama)
+    heads: int = 4  # attention heads (gpt, llama)
+    kv_heads: int | None = None  # llama: key/value heads (grouped-query); None: heads
+    ffn_dim: int | None = None  # llama: SwiGLU hidden size; None: from the width
+    rope_theta: float = 10000.0  # llama
+    norm_eps: float = 1e-5  # llama
+    weights: Path | None = None  # safetensors file or directory to start from
 
 
 @dataclass(frozen=True)
 class OptimConfig:
+    name: str = "adamw"  # or a plug-in's module:attr (trainer.plugins)
     lr: float = 1e-3  # for one rank; scaled by `lr_scaling` with the world size
     lr_scaling: str = "linear"
     schedule: str = "cosine"
@@ -136,3 +147,6 @@ class TrainConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     transport: TransportConfig = field(default_factory=TransportConfig)
     faults: tuple[Fault, ...] = ()
+    loss: str = "cross-entropy"  # or a plug-in's module:attr (trainer.plugins)
+    # Every flag's value as `--print-config` prints it and checkpoints record it.
+    resolved: dict = field(default_factory=dict, compare=False)

@@ -6,10 +6,15 @@ A step at world size W takes the next `batch_size * W` positions of the stream a
 rank r keeps every W-th of them starting at r. The checkpoint stores only how many
 positions the whole job consumed, so a resume, at any world size, continues with the
 next position: no sample is repeated or skipped.
+
+Token data is one or more shards laid end to end: a `.npy` file declares its dtype
+(uint16, or uint32 for vocabularies past 65,536) in its header; a file without that
+header is raw uint16, the format of earlier releases.
 """
 
 from __future__ import annotations
 
+import logging
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +22,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainer.config import DataConfig
+from trainer.config import LANGUAGE_MODELS, DataConfig
 from trainer.errors import ConfigError
+
+log = logging.getLogger("trainer")
 
 SYNTHETIC_SHAPES = {"mlp": (32,), "cnn": (1, 16, 16)}
 SYNTHETIC_CLASSES = 10
 SYNTHETIC_VOCAB = 256
+NPY_MAGIC = b"\x93NUMPY"
+TOKEN_DTYPES = (np.dtype(np.uint16), np.dtype(np.uint32))
+MAX_SHARDS = 100_000
 
 
 @dataclass(frozen=True)
@@ -56,18 +66,31 @@ class ClassificationData:
 
 
 class TokenData:
-    """Consecutive windows of `seq_len + 1` tokens; sample i starts at token i * seq_len."""
+    """Consecutive windows of `seq_len + 1` tokens of the shards laid end to end;
+    sample i starts at token i * seq_len (a window may span two shards)."""
 
-    def __init__(self, tokens: np.ndarray, seq_len: int, vocab_size: int):
-        self.tokens, self.seq_len = tokens, seq_len
+    def __init__(self, shards: list[np.ndarray], seq_len: int, vocab_size: int):
+        self.shards, self.seq_len = shards, seq_len
+        self.starts = np.cumsum([0] + [len(shard) for shard in shards])
         self.spec = DataSpec("lm", (seq_len,), vocab_size=vocab_size, seq_len=seq_len)
 
     def __len__(self) -> int:
-        return (len(self.tokens) - 1) // self.seq_len
+        return (int(self.starts[-1]) - 1) // self.seq_len
+
+    def tokens(self, start: int, count: int) -> np.ndarray:
+        """Tokens [start, start + count) of the concatenated shards."""
+        parts = []
+        shard = int(np.searchsorted(self.starts, start, side="right")) - 1
+        while count > 0:
+            offset = start - int(self.starts[shard])
+            part = self.shards[shard][offset : offset + count]
+            parts.append(part)
+            start, count, shard = start + len(part), count - len(part), shard + 1
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def batch(self, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         span = self.seq_len + 1
-        rows = np.stack([self.tokens[i * self.seq_len : i * self.seq_len + span] for i in ids])
+        rows = np.stack([self.tokens(int(i) * self.seq_len, span) for i in ids])
         window = torch.from_numpy(rows.astype(np.int64))
         return window[:, :-1], window[:, 1:]
 
@@ -89,8 +112,9 @@ def synthetic_tokens(count: int, seq_len: int, vocab: int, seed: int) -> TokenDa
     strides = rng.integers(1, 8, size=count)
     positions = np.arange(seq_len)
     rows = (starts[:, None] + strides[:, None] * positions[None, :]) % vocab
-    tokens = np.append(rows.reshape(-1), rows[0, 0]).astype(np.uint16)
-    return TokenData(tokens, seq_len, vocab)
+    dtype = np.uint16 if vocab <= 1 << 16 else np.uint32
+    tokens = np.append(rows.reshape(-1), rows[0, 0]).astype(dtype)
+    return TokenData([tokens], seq_len, vocab)
 
 
 def load_npz(path: Path) -> ClassificationData:
@@ -123,37 +147,93 @@ def load_npz(path: Path) -> ClassificationData:
     return ClassificationData(inputs, labels, int(y.max()) + 1)
 
 
-def load_tokens(path: Path, seq_len: int, vocab_size: int | None) -> TokenData:
+def open_token_shard(path: Path) -> np.ndarray:
+    """One shard, memory-mapped: a .npy file of uint16 or uint32 (by its header), else
+    raw uint16."""
     try:
+        with path.open("rb") as handle:
+            magic = handle.read(len(NPY_MAGIC))
         size = path.stat().st_size
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
-    if size % 2:
-        raise ConfigError(f"{path}: {size} bytes is not a whole number of uint16 tokens")
-    count = size // 2
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read ({error.strerror})") from None
+    if magic != NPY_MAGIC:
+        if size % 2:
+            raise ConfigError(f"{path}: {size} bytes is not a whole number of uint16 tokens")
+        return np.memmap(path, dtype=np.uint16, mode="r") if size else np.zeros(0, np.uint16)
+    try:
+        tokens = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{path}: not a readable .npy file ({error})") from None
+    if tokens.ndim != 1 or tokens.dtype.newbyteorder("=") not in TOKEN_DTYPES:
+        raise ConfigError(
+            f"{path}: tokens must be a 1-D array of uint16 or uint32, got "
+            f"{tokens.dtype} {list(tokens.shape)}"
+        )
+    return tokens
+
+
+def token_shards(path: Path) -> list[Path]:
+    """`path` itself, or the regular files of the directory `path` in name order."""
+    if not path.is_dir():
+        return [path]
+    root = path.resolve()
+    shards = []
+    for entry in sorted(path.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        if not entry.resolve().is_relative_to(root) or not entry.is_file():
+            raise ConfigError(f"{entry}: not a token shard inside {path}")
+        shards.append(entry)
+        if len(shards) > MAX_SHARDS:
+            raise ConfigError(f"{path}: more than {MAX_SHARDS} shards")
+    if not shards:
+        raise ConfigError(f"{path}: no token shards")
+    return shards
+
+
+def load_tokens(path: Path, seq_len: int, vocab_size: int | None) -> TokenData:
+    """Token shards at `path`; every token must lie inside the vocabulary (by default
+    the largest token + 1)."""
+    shards = [open_token_shard(shard) for shard in token_shards(path)]
+    count = sum(len(shard) for shard in shards)
     if count < seq_len + 1:
         raise ConfigError(
             f"{path}: {count} tokens, but one sample needs seq-len + 1 = {seq_len + 1}"
         )
-    tokens = np.memmap(path, dtype=np.uint16, mode="r")
-    largest = int(tokens.max())
+    largest = max(int(shard.max()) for shard in shards if len(shard))
     if vocab_size is None:
         vocab_size = largest + 1
     elif largest >= vocab_size:
-        raise ConfigError(f"{path}: token {largest} is outside --vocab-size {vocab_size}")
-    return TokenData(tokens, seq_len, vocab_size)
+        raise ConfigError(f"{path}: token {largest} is outside the vocabulary of {vocab_size}")
+    return TokenData(shards, seq_len, vocab_size)
 
 
 def load_dataset(config: DataConfig, model: str):
+    """The built-in dataset `config` names; synthetic data suits the model."""
     if config.dataset == "npz":
         return load_npz(config.path)
+    tokenizer, vocab_size = None, config.vocab_size
+    if config.tokenizer is not None:
+        from trainer.pretrained import load_tokenizer
+
+        tokenizer = load_tokenizer(config.tokenizer)
+        vocab_size = vocab_size or tokenizer.get_vocab_size(with_added_tokens=True)
     if config.dataset == "tokens":
-        return load_tokens(config.path, config.seq_len, config.vocab_size)
-    if model == "gpt":
-        return synthetic_tokens(
-            config.num_samples, config.seq_len, config.vocab_size or SYNTHETIC_VOCAB, config.seed
+        data = load_tokens(config.path, config.seq_len, vocab_size)
+    elif model in LANGUAGE_MODELS:
+        data = synthetic_tokens(
+            config.num_samples, config.seq_len, vocab_size or SYNTHETIC_VOCAB, config.seed
         )
-    return synthetic_classification(SYNTHETIC_SHAPES[model], config.num_samples, config.seed)
+    else:
+        # A plug-in model on synthetic data gets the MLP's.
+        shape = SYNTHETIC_SHAPES.get(model, SYNTHETIC_SHAPES["mlp"])
+        return synthetic_classification(shape, config.num_samples, config.seed)
+    if tokenizer is not None:
+        first = data.batch(np.array([0]))[0][0][:32].tolist()
+        log.info("sample 0 starts %r (--tokenizer %s)", tokenizer.decode(first), config.tokenizer)
+    return data
 
 
 class SampleOrder:

@@ -1,7 +1,8 @@
 """`python -m trainer.inspect DIR`: what a checkpoint directory holds, as JSON.
 
 Reports the newest complete checkpoint (the one a resume would pick) with its
-progress counters, the job that wrote it and a digest of the model parameters, and
+progress counters, the job that wrote it, the resolved config it was trained with
+(`--print-config`'s keys) and a digest of the model parameters, and
 lists every checkpoint by status. Needs no process group and no GPU; run it next to
 the volume. It only reads: a checkpoint is read as a resume reads it (`safe_dcp`,
 no code from the checkpoint runs), and nothing is renamed.
@@ -35,6 +36,7 @@ def describe(directory: Path, verify_mode: str = "crc32", with_params: bool = Tr
         "productive_seconds": None,
         "params_sha256": None,
         "job": None,
+        "config": None,
         "complete": [i.step for i in infos if i.status == "complete"],
         "partial": [i.step for i in infos if i.status == "partial"],
         "corrupt": [
@@ -63,13 +65,14 @@ def describe(directory: Path, verify_mode: str = "crc32", with_params: bool = Tr
 def _summary(path: Path, with_params: bool) -> dict:
     from trainer.checkpoint import load_offline, params_sha256, read_manifest
 
-    job = read_manifest(path).get("job")
+    manifest = read_manifest(path)
     state = load_offline(path)
     progress = state.get("progress")
     if not isinstance(progress, dict):
         raise ValueError("the checkpoint has no progress counters")
     summary = {key: progress.get(key) for key in PROGRESS_KEYS}
-    summary["job"] = job
+    summary["job"] = manifest.get("job")
+    summary["config"] = manifest.get("config")
     if with_params:
         summary["params_sha256"] = params_sha256(state["model"])
     return summary

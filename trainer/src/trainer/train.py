@@ -1,6 +1,7 @@
 """The training loop: a thin composition of the trainer's components.
 
-Data order (`data`), model (`models`), checkpoints (`checkpoint`), the NaN guard
+Data order (`data`) and its prefetching (`loader`), model (`models`, or a plug-in's:
+`plugins`), the memory estimate (`memory`), checkpoints (`checkpoint`), the NaN guard
 (`guard`), the hang watchdog (`watchdog`), SIGTERM handling (`termination`), fault
 injection (`faults`), metrics (`metrics`) and the NCCL transport check (`transport`)
 each own one concern and their own config; this module wires them together and owns
@@ -28,7 +29,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer import distributed, transport
+from trainer import distributed, plugins, transport
 from trainer.checkpoint import (
     CHECKPOINT_ERRORS,
     Checkpointer,
@@ -38,14 +39,17 @@ from trainer.checkpoint import (
 )
 from trainer.cli import report_error
 from trainer.config import OptimConfig, TrainConfig
-from trainer.data import SampleOrder, load_dataset, rank_share
+from trainer.data import SampleOrder, load_dataset
 from trainer.errors import DivergedError, ExitCode, TrainerError
 from trainer.failures import NCCL_FAULT, PEER_LOST, classify_exception
 from trainer.faults import FaultInjector
 from trainer.guard import NonFiniteGuard, Verdict
 from trainer.hangreport import HangReport
+from trainer.loader import BatchLoader
+from trainer.memory import estimate_memory
 from trainer.metrics import DeviceClock, Identity, Metrics, node_times, peak_flops_for
 from trainer.models import build_model, loss_fn, training_flops_per_sample
+from trainer.pretrained import load_weights
 from trainer.termination import TerminationHandler
 from trainer.watchdog import Watchdog
 
@@ -73,6 +77,11 @@ def lr_multiplier(config: OptimConfig, world_size: int) -> float:
     if config.lr_scaling == "sqrt":
         return math.sqrt(world_size)
     return 1.0
+
+
+def adamw(param_groups: list[dict], config: OptimConfig) -> torch.optim.Optimizer:
+    """The built-in optimizer, with a plug-in optimizer's signature (`trainer.plugins`)."""
+    return torch.optim.AdamW(param_groups)
 
 
 def lr_at(step: int, peak: float, config: OptimConfig, max_steps: int) -> float:
@@ -108,20 +117,47 @@ class Trainer:
         self.device = torch.device(topo.device)
         self.rank, self.world = topo.rank, topo.world_size
 
-        self.dataset = load_dataset(config.data, config.model.name)
+        if plugins.is_import_path(config.data.dataset):
+            self.dataset = plugins.resolve("dataset", config.data.dataset)(config.data)
+        else:
+            self.dataset = load_dataset(config.data, config.model.name)
         self.order = SampleOrder(len(self.dataset), config.seed)
         self.global_batch = config.data.batch_size * self.world
+        self.loader = BatchLoader(
+            self.dataset,
+            self.order,
+            self.rank,
+            self.world,
+            self.global_batch,
+            config.data.prefetch,
+            pin_memory=self.device.type == "cuda",
+        )
 
         torch.manual_seed(config.seed)
-        model = build_model(config.model, self.dataset.spec).to(self.device)
+        model = plugins.choose("model", config.model.name, build_model)(
+            config.model, self.dataset.spec
+        )
+        if config.model.weights is not None:
+            load_weights(model, config.model.weights)
+        model = model.to(self.device)
+        self.loss_fn = plugins.choose("loss", config.loss, loss_fn)
         sample = self.dataset.batch(self.order.take(0, 1))[0].to(self.device)
         self.flops_per_sample = training_flops_per_sample(model, sample)
+        self.memory = estimate_memory(model, config.optim.name, "ddp", self.world)
+        log.info("training state: %s", self.memory.describe())
         self.ddp = DistributedDataParallel(
             model, device_ids=[self.device.index] if self.device.type == "cuda" else None
         )
         self.peak_lr = config.optim.lr * lr_multiplier(config.optim, self.world)
-        self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=self.peak_lr, weight_decay=config.optim.weight_decay
+        param_groups = [
+            {
+                "params": list(model.parameters()),
+                "lr": self.peak_lr,
+                "weight_decay": config.optim.weight_decay,
+            }
+        ]
+        self.optimizer = plugins.choose("optimizer", config.optim.name, adamw)(
+            param_groups, config.optim
         )
 
         # Rank 0's clock names this launch and, on a first launch, starts the job.
@@ -137,6 +173,7 @@ class Trainer:
         self.resumed_from = None
         if config.checkpoint.directory is not None:
             self.ckpt = Checkpointer(config.checkpoint, self.rank, self.world, self.launch_tag)
+            self.ckpt.run_config = config.resolved
             self.ckpt.on_saved = self._on_checkpoint_saved
             self.ckpt.on_failed = self._on_checkpoint_failed
             self.ckpt.claim()
@@ -279,6 +316,7 @@ class Trainer:
             max_steps=config.max_steps,
             node_rank=self.identity.node_rank,
             checkpoint_interval_steps=config.checkpoint.interval if self.ckpt else None,
+            memory_estimate_bytes=self.memory.total,
         )
         # Nothing is at risk yet: the state was just loaded, or is the initial one.
         self.metrics.update(last_checkpoint_timestamp_seconds=time.time())
@@ -288,10 +326,10 @@ class Trainer:
             step = progress.step + 1
             self.watchdog.beat(step)
             started = time.perf_counter()
-            block = self.order.take(progress.consumed_samples, self.global_batch)
-            ids = rank_share(block, self.rank, self.world)
-            inputs, targets = self.dataset.batch(ids)
-            inputs, targets = inputs.to(self.device), targets.to(self.device)
+            batch = self.loader.get(progress.consumed_samples)
+            ids = batch.ids
+            inputs = batch.inputs.to(self.device, non_blocking=True)
+            targets = batch.targets.to(self.device, non_blocking=True)
             window["data"] += time.perf_counter() - started
             poison = self.faults.during_step(step)
             self.optimizer.zero_grad(set_to_none=True)
@@ -299,7 +337,7 @@ class Trainer:
             # pass on the device; no peer is waited for until the backward pass.
             own = time.perf_counter() - started
             forward_start = self.clock.mark()
-            loss = loss_fn(self.ddp(inputs), targets)
+            loss = self.loss_fn(self.ddp(inputs), targets)
             forward_end = self.clock.mark()
             if poison:
                 loss = loss * float("nan")
@@ -483,6 +521,7 @@ class Trainer:
             self.progress.launches = launches
 
     def _finish(self) -> ExitCode:
+        self.loader.close()
         if self.ckpt is not None:
             self.ckpt.close()
         self.watchdog.stop()
