@@ -5,12 +5,14 @@ run of it, and the policy pack's launcher rule holds it to trainer-launch."""
 from __future__ import annotations
 
 import json
+import re
+import tomllib
 from pathlib import Path
 
 import yaml
 
-from tests.test_profiles import validate_clean
 from tests.support import REPO
+from tests.test_profiles import validate_clean
 from tests.workspace import status
 from trainops.profile.model import load_profile
 from trainops.profile.overlay import templates
@@ -69,6 +71,8 @@ def test_each_clusters_torchtitan_template_renders_and_validates_clean(trainops,
             assert mounts["/checkpoints"]["subPathExpr"] == "$(TRAINER_JOB_NAME)"
             env = {e["name"]: e.get("value") for e in container["env"]}
             assert env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "240"
+            # torchtitan serves no Prometheus endpoint: the PodMonitor finds no target.
+            assert "metrics" not in {p["name"] for p in container["ports"]}
             # The cluster component reached it: GPUs of the node, one torchrun per pod.
             assert container["resources"]["limits"]["nvidia.com/gpu"] >= 1
         assert job["spec"]["pytorchReplicaSpecs"]["Master"]["restartPolicy"] == "ExitCode"
@@ -168,3 +172,22 @@ def test_launcher_rule_accepts_the_template_and_flags_torchtitan_without_trainer
     rule = [f for f in findings if f["rule"] == "exitcode-policy-launcher"]
     assert len(rule) == 2, findings  # Master and Worker
     assert all("torchrun exits 1 for every failure" in f["message"] for f in rule)
+
+
+def test_torchtitan_image_recipe_pins_the_release_the_docs_name():
+    dockerfile = (REPO / "trainer" / "Dockerfile.torchtitan").read_text()
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", dockerfile, re.MULTILINE))
+    assert re.fullmatch(r"\d+\.\d+\.\d+", args["TORCHTITAN_VERSION"])
+    assert '"torchtitan==${TORCHTITAN_VERSION}"' in dockerfile
+    guide = (REPO / "docs" / "torchtitan.md").read_text()
+    assert f"**torchtitan {args['TORCHTITAN_VERSION']}** (PyPI)" in guide
+    # The torch the project tests with, kept through torchtitan's own dependencies.
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    pins = [d for deps in project["project"]["optional-dependencies"].values() for d in deps]
+    assert f"torch=={args['TORCH_VERSION']}" in pins
+    assert '"torch==${TORCH_VERSION}"' in dockerfile
+    # trainer-launch from this repository, as the template's command needs; non-root.
+    assert "--no-deps /opt/trainer" in dockerfile
+    assert re.search(r'^ENTRYPOINT \["trainer-launch"\]$', dockerfile, re.MULTILINE)
+    users = re.findall(r"^USER (\S+)$", dockerfile, re.MULTILINE)
+    assert users and users[-1] not in ("root", "0")
