@@ -71,8 +71,11 @@ def test_each_clusters_torchtitan_template_renders_and_validates_clean(trainops,
             assert mounts["/checkpoints"]["subPathExpr"] == "$(TRAINER_JOB_NAME)"
             env = {e["name"]: e.get("value") for e in container["env"]}
             assert env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "240"
-            # torchtitan serves no Prometheus endpoint: the PodMonitor finds no target.
-            assert "metrics" not in {p["name"] for p in container["ports"]}
+            # Its step metrics as the trainer's gauges, where the PodMonitor scrapes.
+            imports = command[command.index("--override.imports") + 1]
+            assert imports == "trainer.titan.prometheus_metrics"
+            assert {"name": "metrics", "containerPort": 9400} in container["ports"]
+            assert env["TRAINER_METRICS_PORT"] == "9400"
             # The cluster component reached it: GPUs of the node, one torchrun per pod.
             assert container["resources"]["limits"]["nvidia.com/gpu"] >= 1
         assert job["spec"]["pytorchReplicaSpecs"]["Master"]["restartPolicy"] == "ExitCode"
