@@ -471,6 +471,7 @@ def test_trainer_both_with_volcano_renders_every_path(trainops, workspace):
         "preflight",
         "pytorchjob",
         "runtimes",
+        "torchtitan",
         "trainjob",
         "trainjob-mpi",
     ]

@@ -299,8 +299,9 @@ def unified_diff(changes: list[FileChange], root: Path) -> str:
     help="pytorchjob: Master + Workers; elastic: Workers that may shrink and grow; "
     "mpijob: mpirun launcher + Workers (kubeflow.org/v1, or v2beta1 where the cluster "
     "runs the MPI Operator); trainjob: a Trainer v2 TrainJob on the cluster's torch "
-    "runtime; trainjob-mpi: one on its MPI runtime. The cluster's profile decides "
-    "which it offers.",
+    "runtime; trainjob-mpi: one on its MPI runtime; torchtitan: a pytorchjob that runs "
+    "torchtitan (docs/torchtitan.md), whose arguments after `--` are torchtitan's and "
+    "must name --module and --config. The cluster's profile decides which it offers.",
 )
 @click.option("--nodes", type=int, required=True, help="Nodes (pods) the run uses.")
 @click.option(
@@ -393,6 +394,10 @@ def new_run(
       trainops new-run prod-roce my-sft-0413 --template pytorchjob --nodes 4 \\
         --image registry.example.com/my-train:1.4 --command "python train.py" \\
         --dataset-claim corpus-v3:/data -- --lr 3e-4 --epochs 2
+      trainops new-run prod-roce llama3-8b-0414 --template torchtitan --nodes 4 \
+        --image ghcr.io/example-org/trainops-torchtitan:0.3.0 \
+        --dataset-claim c4-en:/data -- --module llama3 --config llama3_8b \
+        --hf_assets_path /data/tokenizer --dataloader.dataset_path /data/c4
 
     The run sets only what a run changes: its name, replicas (and for elastic
     runs min/max and a rendezvous id; with Volcano, minAvailable), the image,

@@ -85,6 +85,7 @@ def templates(p: ClusterProfile) -> dict[str, str]:
     if p.trainer_v1:
         out["pytorchjob"] = "pytorchjob"
         out["elastic"] = "elastic"
+        out["torchtitan"] = "torchtitan"
     if p.uses_mpi:
         out["mpijob"] = "mpijob-v2beta1" if p.mpi_v2 else "mpijob"
     if p.trainer_v2:

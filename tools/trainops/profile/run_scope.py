@@ -32,6 +32,10 @@ POD_TEMPLATES = {
         "/spec/pytorchReplicaSpecs/Worker/template",
     ],
     "elastic": ["/spec/pytorchReplicaSpecs/Worker/template"],
+    "torchtitan": [
+        "/spec/pytorchReplicaSpecs/Master/template",
+        "/spec/pytorchReplicaSpecs/Worker/template",
+    ],
     "mpijob": ["/spec/mpiReplicaSpecs/Worker/template"],
 }
 

@@ -34,6 +34,7 @@ TEMPLATES = {
     "mpijob": "MPIJob",
     "trainjob": "TrainJob",
     "trainjob-mpi": "TrainJob",
+    "torchtitan": "PyTorchJob",
 }
 TEMPLATE_NAMES = {
     "pytorchjob": "train",
@@ -41,8 +42,13 @@ TEMPLATE_NAMES = {
     "mpijob": "train-mpi",
     "trainjob": "train",
     "trainjob-mpi": "train-mpi",
+    "torchtitan": "train-torchtitan",
 }
 MPI_TEMPLATES = ("mpijob", "trainjob-mpi")
+MASTER_WORKER = ("pytorchjob", "torchtitan")  # one Master plus Workers
+# Templates whose container command starts a given program (the platform's part of its
+# command line): a run's arguments are that program's, and it takes no --command.
+FIXED_PROGRAM = {"torchtitan": "torchtitan (python -m torchtitan.train)"}
 MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
 # Hydra's mpirun (Intel MPI, MPICH) passes the launcher's whole environment to the
 # ranks and knows none of Open MPI's -x or --bind-to: the template's launcher is
@@ -156,8 +162,8 @@ class _Shape:
 
 
 def _shape(template: str) -> _Shape:
-    if template in ("pytorchjob", "elastic"):
-        roles = ("Master", "Worker") if template == "pytorchjob" else ("Worker",)
+    if template in MASTER_WORKER or template == "elastic":
+        roles = ("Master", "Worker") if template in MASTER_WORKER else ("Worker",)
         pods = [f"/spec/pytorchReplicaSpecs/{role}/template/spec" for role in roles]
         args = [f"{pod}/containers/0/args" for pod in pods]
         return _Shape(args, pods, [f"{pod}/containers/0/env" for pod in pods])
@@ -185,11 +191,18 @@ def generate_run(profile: ClusterProfile, name: str, options: RunOptions) -> dic
     _check_mpi_implementation(profile, template, image, options.mpi_implementation)
     if nodes < 1 or nodes > profile.nodes:
         raise InputError(f"--nodes must be between 1 and the cluster's {profile.nodes} nodes")
-    if template == "pytorchjob" and nodes < 2:
+    if template in MASTER_WORKER and nodes < 2:
         raise InputError(
-            "a pytorchjob run needs --nodes >= 2 (one Master plus Workers; Worker replicas 0 "
+            f"a {template} run needs --nodes >= 2 (one Master plus Workers; Worker replicas 0 "
             "still creates a worker in the operator); use --template elastic for one node"
         )
+    if template in FIXED_PROGRAM and options.command is not None:
+        raise InputError(
+            f"--command on a {template} run: the template starts {FIXED_PROGRAM[template]}; "
+            "give its arguments after --"
+        )
+    if template == "torchtitan" and options.args is not None:
+        _check_torchtitan_args(options.args)
     command = _words("--command", options.command) if options.command is not None else None
     dataset = Dataset.parse(options.dataset_claim) if options.dataset_claim else None
     prepare = _words("--prepare", options.prepare) if options.prepare is not None else None
@@ -211,7 +224,7 @@ def generate_run(profile: ClusterProfile, name: str, options: RunOptions) -> dic
     shape = _shape(template)
     ops: list[dict[str, Any]] = [_replace("/metadata/name", name)]
     pods = nodes
-    if template == "pytorchjob":
+    if template in MASTER_WORKER:
         ops.append(_replace("/spec/pytorchReplicaSpecs/Worker/replicas", nodes - 1))
     elif template == "elastic":
         minimum = (nodes + 1) // 2
@@ -295,6 +308,8 @@ def generate_run(profile: ClusterProfile, name: str, options: RunOptions) -> dic
 def _program(template: str, command: list[str] | None, args: list[str] | None) -> list[str] | None:
     """The args of the program's containers, or None to keep the template's."""
     launcher = "mpi" if template in MPI_TEMPLATES else "torch"
+    if template in FIXED_PROGRAM:
+        return args
     if command is not None:
         program = command if launcher == "mpi" else ["--", *command]
     elif args is not None:
@@ -302,6 +317,18 @@ def _program(template: str, command: list[str] | None, args: list[str] | None) -
     else:
         return None
     return [*program, *(args or [])]
+
+
+def _check_torchtitan_args(args: list[str]) -> None:
+    """A torchtitan run's args replace the template's `--module llama3 --config ...`:
+    torchtitan refuses to start without both."""
+    given = {arg.split("=", 1)[0] for arg in args}
+    missing = [flag for flag in ("--module", "--config") if flag not in given]
+    if missing:
+        raise InputError(
+            f"a torchtitan run's arguments replace the template's: give "
+            f"{' and '.join(missing)} (for example --module llama3 --config llama3_8b)"
+        )
 
 
 def _data_ops(template: str, shape: _Shape, dataset: Dataset) -> list[dict[str, Any]]:
