@@ -207,3 +207,24 @@ def test_a_corrupt_entry_is_a_miss_and_is_replaced(
     if how in REPLACED:
         repaired = [p for p in entries if p.read_bytes() in contents.values()]
         assert repaired, "the unreadable entry was not replaced"
+
+
+def test_an_entry_is_kept_when_another_writer_creates_the_cache_at_the_same_moment(
+    tmp_path: Path, monkeypatch
+):
+    """Two targets of one run finishing together both create the cache root; the one that
+    loses that race still stores its entry (a lost entry made a later run render again)."""
+    from trainops.cache import Cache
+
+    root = tmp_path / "cache"
+    real_mkdir = Path.mkdir
+
+    def mkdir_after_the_other_writer(self: Path, *args, **kwargs) -> None:
+        if self == root and not root.exists():
+            real_mkdir(root)  # the other writer got there first
+        real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir_after_the_other_writer)
+    Cache(root).put("render", "ab" * 32, b"rendered")
+    monkeypatch.undo()
+    assert Cache(root).get("render", "ab" * 32) == b"rendered"

@@ -145,10 +145,12 @@ def user_run(tmp_path_factory) -> tuple[list[str], Path]:
         assert "--model" not in text and "mlp" not in text and "--module" not in text
         # The cluster's template still brings its fabric, checkpoints and shared memory.
         env = {item["name"]: item.get("value") for item in container["env"]}
-        assert env["TRAINER_CHECKPOINT_DIR"] == "/checkpoints/$(JOB_NAME)"
+        assert env["TRAINER_CHECKPOINT_DIR"] == "/checkpoints"
         assert env["NCCL_SOCKET_IFNAME"] == "=net1"
-        mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
-        assert {"/checkpoints", "/dev/shm"} <= mounts
+        mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
+        assert {"/checkpoints", "/dev/shm"} <= set(mounts)
+        # The run's own directory of the shared claim only.
+        assert mounts["/checkpoints"]["subPathExpr"] == "$(TRAINER_JOB_NAME)"
     workdir = tmp_path_factory.mktemp("image")
     (workdir / "train.py").write_text(USER_SCRIPT)
     return [*pods[0]["command"], *pods[0]["args"]], workdir

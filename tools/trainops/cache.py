@@ -73,8 +73,9 @@ class Cache:
         if self.root is None or len(data) > MAX_ENTRY_BYTES:
             return
         try:
-            if not self.root.exists():
-                self.root.mkdir(mode=0o700, parents=True)  # results are the user's own
+            # Results are the user's own. exist_ok: another thread or process of this
+            # run may create the root at the same moment.
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             write_atomic(self._path(namespace, key), data)
         except OSError:
             return  # a cache that cannot be written only costs speed
