@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 
 # Small and quick, but every component is in play: checkpoints every 5 steps, async.
 BASE_ARGS = (
@@ -177,6 +178,39 @@ def kill_group(process: subprocess.Popen) -> None:
     if process.poll() is None:
         with suppress(ProcessLookupError):  # exited meanwhile
             os.killpg(process.pid, signal.SIGKILL)
+
+
+# Float32 round-off between two orders of summing the same gradients, compounded over
+# a run: each tensor within NORM_RTOL of the other in norm, and each element within
+# ELEMENT_ATOL, 10% of one AdamW update at lr 1e-3 (an element whose gradient is mostly
+# round-off gets AdamW's normalised step either way). A different sample, or a
+# gradient scaled wrongly under clipping, moves whole tensors by far more.
+NORM_RTOL, ELEMENT_ATOL = 1e-4, 1e-4
+
+
+def comparable(name: str, tensor):
+    """The parameter without the attention's key bias, if it has one.
+
+    The key bias has no gradient in exact arithmetic (softmax ignores a shift shared
+    by all keys): it gets only round-off, which AdamW turns into updates of a full
+    learning rate, so it differs between any two reduction orders and tells nothing.
+    """
+    if name.endswith("qkv.bias"):
+        query, _key, value = tensor.chunk(3)
+        return torch.cat([query, value])
+    return tensor
+
+
+def assert_params_close(actual: dict, expected: dict) -> None:
+    assert sorted(actual) == sorted(expected)
+    for name in expected:
+        mine, theirs = comparable(name, actual[name]), comparable(name, expected[name])
+        distance = torch.linalg.vector_norm(mine - theirs).item()
+        size = torch.linalg.vector_norm(theirs).item()
+        assert distance <= NORM_RTOL * size, f"{name}: {distance:.3g} apart, norm {size:.3g}"
+        torch.testing.assert_close(
+            mine, theirs, rtol=0, atol=ELEMENT_ATOL, msg=lambda text, n=name: f"{n}: {text}"
+        )
 
 
 def inspect(directory: Path, *extra: str) -> dict:

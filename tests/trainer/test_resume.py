@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import signal
 
-from tests.trainer.conftest import BASE_ARGS, inspect, launch, launch_command, running
+from tests.trainer.conftest import (
+    BASE_ARGS,
+    assert_params_close,
+    inspect,
+    launch,
+    launch_command,
+    running,
+)
+from trainer.checkpoint import load_offline
 
 
 def test_uninterrupted_run_trains_and_keeps_the_last_checkpoints(baseline):
@@ -36,6 +44,20 @@ def test_sigkill_on_one_rank_then_relaunch_matches_uninterrupted(baseline, tmp_p
     assert start["launches"] == 2
     assert resumed.end["params_sha256"] == baseline[1].end["params_sha256"]
     assert inspect(directory)["params_sha256"] == baseline[1].end["params_sha256"]
+
+
+def test_sigkill_at_four_ranks_then_relaunch_matches_to_round_off(baseline, tmp_path):
+    """Four ranks of 8 samples: the baseline's global batch of 32, summed in another order."""
+    directory = tmp_path / "ckpt"
+    args = (*BASE_ARGS, "--batch-size", "8", "--checkpoint-dir", str(directory))
+    killed = launch(*args, "--inject-fault", "sigkill@12:rank=1", nproc=4)
+    assert killed.code >= 128, killed.stderr
+    resumed = launch(*args, nproc=4)
+    assert resumed.code == 0, resumed.stderr
+    assert resumed.events("start")[0]["resumed_from"] <= 12
+    assert resumed.end["consumed_samples"] == 30 * 32
+    expected = load_offline(baseline[0] / "step-30")["model"]
+    assert_params_close(load_offline(directory / "step-30")["model"], expected)
 
 
 def test_sigterm_saves_the_current_step_and_resumes_identically(baseline, tmp_path):

@@ -22,6 +22,11 @@ background over their own gloo process group so they never interleave with the
 training collectives; only one save is in flight at a time. A save that fails (a
 full or read-only volume) is logged and counted, and training goes on: the next
 interval tries again.
+
+The save on SIGTERM: with DDP rank 0 holds the whole state and writes it without
+any collective (`emergency_save`). With FSDP2 every rank holds only its shards, so
+the ranks stop after the same step and every rank writes its shards of it
+(`save_and_publish`).
 """
 
 from __future__ import annotations
@@ -226,6 +231,19 @@ def scan(directory: Path, mode: str = "size") -> list[CheckpointInfo]:
         elif match := _SET_ASIDE.match(entry.name):
             found.append(CheckpointInfo(int(match[1]), path, match[2], "set aside"))
     return sorted(found, key=lambda info: (info.step, info.path.name))
+
+
+def newest_checkpoint(directory: Path) -> tuple[int, float] | None:
+    """(step, creation time) of the newest complete checkpoint, by sizes alone."""
+    for info in reversed(scan(directory, mode="size")):
+        if info.status == "complete" and info.published:
+            try:
+                created = read_manifest(info.path).get("created")
+            except ValueError:
+                continue
+            if isinstance(created, int | float):
+                return info.step, float(created)
+    return None
 
 
 def params_sha256(model_state: Mapping[str, torch.Tensor]) -> str:
@@ -509,6 +527,21 @@ class Checkpointer:
             dcp.save(state, storage_writer=FileSystemWriter(tmp), no_dist=True)
         self._finalize(tmp, step)
         return target
+
+    def save_and_publish(self, step: int, state: dict) -> Path:
+        """Every rank writes its part of `state` as step-N, now; published on return."""
+        import torch.distributed as dist
+        import torch.distributed.checkpoint as dcp
+
+        self.wait()
+        tmp = self._tmp_dir(step, "final")
+        dcp.save(state, storage_writer=FileSystemWriter(tmp), process_group=self.group)
+        if self.rank == 0:
+            self._finalize(tmp, step)
+        # Nobody exits before step-N is published: an early exit would have torchrun
+        # stop rank 0 mid-rename.
+        dist.barrier(group=self.group)
+        return self.directory / f"step-{step}"
 
     def close(self) -> None:
         self.wait()

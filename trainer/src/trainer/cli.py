@@ -128,7 +128,7 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     checkpoint_dir = env.get(ENVIRONMENT["checkpoint_dir"]) or None
     parser = _Parser(
         prog="python -m trainer",
-        description="Train a small model with DistributedDataParallel: resumable, "
+        description="Train a model with DDP or FSDP2: resumable, "
         "preemption-safe, with metrics and an NCCL transport check. Run it under "
         "torchrun (or trainer-launch, which adds exit codes) or mpirun.",
         epilog=EPILOG,
@@ -195,7 +195,7 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         "--batch-size",
         type=_positive_int,
         default=16,
-        help="samples per rank per step (default 16)",
+        help="samples per rank per forward pass, a micro-batch (default 16)",
     )
     data.add_argument(
         "--seq-len",
@@ -287,13 +287,13 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         help="adamw (default) or a plug-in's import path",
     )
     optim.add_argument(
-        "--lr", type=_positive_float, default=1e-3, help="learning rate for one rank (default 1e-3)"
+        "--lr", type=_positive_float, default=1e-3, help="peak learning rate (default 1e-3)"
     )
     optim.add_argument(
         "--lr-scaling",
         choices=cfg.LR_SCALING,
-        default="linear",
-        help="scale the learning rate with the world size (default linear)",
+        default="none",
+        help="scale the learning rate with the world size: linear, sqrt or none (default)",
     )
     optim.add_argument("--lr-schedule", choices=cfg.LR_SCHEDULES, default="cosine")
     optim.add_argument("--warmup-steps", type=_non_negative_int, default=0)
@@ -303,6 +303,36 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         type=_non_negative_float,
         default=1.0,
         help="clip the gradient norm to this value; 0 disables",
+    )
+
+    # -- parallelism, precision and batch (issue 23) ----------------------------------
+    parallel = parser.add_argument_group("parallelism and precision")
+    parallel.add_argument(
+        "--parallelism",
+        choices=cfg.PARALLELISMS,
+        default="ddp",
+        help="ddp: a full replica per rank (default); fsdp: FSDP2, parameters, gradients "
+        "and optimizer state sharded per block (HSDP across nodes)",
+    )
+    parallel.add_argument(
+        "--precision",
+        choices=cfg.PRECISIONS,
+        default="fp32",
+        help="bf16: compute in bfloat16 with fp32 parameters and gradient reduction (default fp32)",
+    )
+    parallel.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="recompute each block's activations in the backward pass: less memory, "
+        "about one more forward pass of compute",
+    )
+    parallel.add_argument(
+        "--global-batch",
+        type=_positive_int,
+        metavar="SAMPLES",
+        help="samples per optimizer step, kept when the world size changes: each rank "
+        "accumulates global-batch / (batch-size x world size) micro-batches "
+        "(default: batch-size x world size, no accumulation)",
     )
 
     ckpt = parser.add_argument_group("checkpoints")
@@ -512,6 +542,12 @@ def read_command_line(
             warmup_steps=args.warmup_steps,
             weight_decay=args.weight_decay,
             grad_clip=args.grad_clip,
+        ),
+        parallel=cfg.ParallelConfig(
+            parallelism=args.parallelism,
+            precision=args.precision,
+            activation_checkpointing=args.activation_checkpointing,
+            global_batch=args.global_batch,
         ),
         checkpoint=cfg.CheckpointConfig(
             directory=args.checkpoint_dir,

@@ -52,12 +52,27 @@ class ModelConfig:
 @dataclass(frozen=True)
 class OptimConfig:
     name: str = "adamw"  # or a plug-in's module:attr (trainer.plugins)
-    lr: float = 1e-3  # for one rank; scaled by `lr_scaling` with the world size
-    lr_scaling: str = "linear"
+    lr: float = 1e-3  # peak learning rate; scaled by `lr_scaling` with the world size
+    lr_scaling: str = "none"
     schedule: str = "cosine"
     warmup_steps: int = 0
     weight_decay: float = 0.0
     grad_clip: float = 1.0  # 0 disables clipping (the norm is still checked)
+
+
+# -- parallelism, precision and batch (issue 23) --------------------------------------
+PARALLELISMS = ("ddp", "fsdp")
+PRECISIONS = ("fp32", "bf16")
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """How the model is spread over the ranks, in what precision, over how many samples."""
+
+    parallelism: str = "ddp"  # ddp: a replica per rank; fsdp: FSDP2, sharded per block
+    precision: str = "fp32"  # bf16: FSDP2 mixed precision (fp32 reduce), autocast under DDP
+    activation_checkpointing: bool = False  # recompute each block's activations in backward
+    global_batch: int | None = None  # samples per optimizer step; None: batch size x world
 
 
 @dataclass(frozen=True)
@@ -141,6 +156,7 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     guard: GuardConfig = field(default_factory=GuardConfig)
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)

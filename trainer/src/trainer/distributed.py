@@ -51,6 +51,7 @@ class Topology:
     launcher: str
     backend: str
     device: str  # "cpu" or "cuda:N"
+    local_world_size: int = 1  # ranks on this node
 
     @property
     def is_rank_zero(self) -> bool:
@@ -175,7 +176,13 @@ def initialize(device: str, timeout_seconds: float, rendezvous_dir: Path | None)
             **kwargs,
         )
     return Topology(
-        launch.rank, launch.world_size, launch.local_rank, launch.launcher, backend, device
+        launch.rank,
+        launch.world_size,
+        launch.local_rank,
+        launch.launcher,
+        backend,
+        device,
+        launch.local_world_size,
     )
 
 

@@ -68,6 +68,8 @@ class FaultInjector:
             (f.step, f.rank) for f in faults if f.kind == "hang" and f.rank not in (None, rank)
         }
         self._fired: set[Fault] = set()
+        # Set by the trainer once its SIGTERM handling has taken over.
+        self.sigterm_handled = threading.Event()
         slow = [f.step for f in self.faults if f.kind == "slow"]
         self._slow_from = min(slow) if slow else None
 
@@ -127,8 +129,10 @@ class FaultInjector:
             os.kill(os.getpid(), signal.SIGKILL)
         if self._claim("sigterm", step):
             os.kill(os.getpid(), signal.SIGTERM)
-            # The signal lands at the end of this step: wait here for the handler.
-            threading.Event().wait()
+            # The signal lands at the end of this step: wait here until the handler has
+            # taken over (DDP: it holds the step boundary; FSDP2: the ranks will stop
+            # at the end of the next step).
+            self.sigterm_handled.wait()
 
 
 class FullVolumeWriter(FileSystemWriter):

@@ -1,7 +1,8 @@
 """The training loop: a thin composition of the trainer's components.
 
 Data order (`data`) and its prefetching (`loader`), model (`models`, or a plug-in's:
-`plugins`), the memory estimate (`memory`), checkpoints (`checkpoint`), the NaN guard
+`plugins`), the memory estimate (`memory`), parallelism, precision and the optimizer
+(`parallel`), checkpoints (`checkpoint`), the NaN guard
 (`guard`), the hang watchdog (`watchdog`), SIGTERM handling (`termination`), fault
 injection (`faults`), metrics (`metrics`) and the NCCL transport check (`transport`)
 each own one concern and their own config; this module wires them together and owns
@@ -23,18 +24,19 @@ from dataclasses import asdict, dataclass, fields
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_state_dict,
     set_state_dict,
 )
-from torch.nn.parallel import DistributedDataParallel
 
-from trainer import distributed, plugins, transport
+from trainer import distributed, parallel, plugins, transport
 from trainer.checkpoint import (
     CHECKPOINT_ERRORS,
     Checkpointer,
     UnusableCheckpoints,
     describe_failure,
+    newest_checkpoint,
     params_sha256,
 )
 from trainer.cli import report_error
@@ -48,7 +50,7 @@ from trainer.hangreport import HangReport
 from trainer.loader import BatchLoader
 from trainer.memory import estimate_memory
 from trainer.metrics import DeviceClock, Identity, Metrics, node_times, peak_flops_for
-from trainer.models import build_model, loss_fn, training_flops_per_sample
+from trainer.models import build_model, loss_fn
 from trainer.pretrained import load_weights
 from trainer.termination import TerminationHandler
 from trainer.watchdog import Watchdog
@@ -81,7 +83,7 @@ def lr_multiplier(config: OptimConfig, world_size: int) -> float:
 
 def adamw(param_groups: list[dict], config: OptimConfig) -> torch.optim.Optimizer:
     """The built-in optimizer, with a plug-in optimizer's signature (`trainer.plugins`)."""
-    return torch.optim.AdamW(param_groups)
+    return parallel.adamw(param_groups)
 
 
 def lr_at(step: int, peak: float, config: OptimConfig, max_steps: int) -> float:
@@ -122,7 +124,10 @@ class Trainer:
         else:
             self.dataset = load_dataset(config.data, config.model.name)
         self.order = SampleOrder(len(self.dataset), config.seed)
-        self.global_batch = config.data.batch_size * self.world
+        self.accumulation = parallel.accumulation_steps(
+            config.parallel, config.data.batch_size, self.world
+        )
+        self.global_batch = config.data.batch_size * self.world * self.accumulation
         self.loader = BatchLoader(
             self.dataset,
             self.order,
@@ -133,32 +138,34 @@ class Trainer:
             pin_memory=self.device.type == "cuda",
         )
 
-        torch.manual_seed(config.seed)
-        model = plugins.choose("model", config.model.name, build_model)(
-            config.model, self.dataset.spec
+        def load_pretrained(model: torch.nn.Module) -> None:
+            if config.model.weights is not None:
+                load_weights(model, config.model.weights)
+
+        self.parallel = parallel.build(
+            lambda: plugins.choose("model", config.model.name, build_model)(
+                config.model, self.dataset.spec
+            ),
+            config.parallel,
+            topo,
+            self.device,
+            config.seed,
+            initialize=load_pretrained,
         )
-        if config.model.weights is not None:
-            load_weights(model, config.model.weights)
-        model = model.to(self.device)
+        self.model = self.parallel.model
         self.loss_fn = plugins.choose("loss", config.loss, loss_fn)
         sample = self.dataset.batch(self.order.take(0, 1))[0].to(self.device)
-        self.flops_per_sample = training_flops_per_sample(model, sample)
-        self.memory = estimate_memory(model, config.optim.name, "ddp", self.world)
+        self.flops_per_sample = self.parallel.flops_per_sample(sample)
+        self.memory = estimate_memory(
+            self.parallel.module, config.optim.name, config.parallel.parallelism, self.world
+        )
         log.info("training state: %s", self.memory.describe())
-        self.ddp = DistributedDataParallel(
-            model, device_ids=[self.device.index] if self.device.type == "cuda" else None
-        )
         self.peak_lr = config.optim.lr * lr_multiplier(config.optim, self.world)
-        param_groups = [
-            {
-                "params": list(model.parameters()),
-                "lr": self.peak_lr,
-                "weight_decay": config.optim.weight_decay,
-            }
-        ]
         self.optimizer = plugins.choose("optimizer", config.optim.name, adamw)(
-            param_groups, config.optim
+            parallel.param_groups(self.model, config.optim, self.peak_lr), config.optim
         )
+        # SIGTERM under FSDP2: set on the signal; the ranks agree on it at each step's end.
+        self._stop_requested = threading.Event()
 
         # Rank 0's clock names this launch and, on a first launch, starts the job.
         shared = [(time.time_ns(), time.time())]
@@ -207,7 +214,7 @@ class Trainer:
             self._samples_file = path.open("a", buffering=1)
 
     def _state(self) -> dict:
-        model_state, optim_state = get_state_dict(self.ddp, self.optimizer)
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
         return {
             "model": model_state,
             "optim": optim_state,
@@ -242,7 +249,7 @@ class Trainer:
                 return None
             step, state = found
             set_state_dict(
-                self.ddp,
+                self.model,
                 self.optimizer,
                 model_state_dict=state["model"],
                 optim_state_dict=state["optim"],
@@ -274,11 +281,13 @@ class Trainer:
             )
         if saved.world_size != self.world:
             log.warning(
-                "world size changed from %d to %d: global batch now %d, peak learning "
-                "rate %g (%s scaling)",
+                "world size changed from %d to %d: global batch %d samples "
+                "(%d micro-batches of %d per rank), peak learning rate %g (%s scaling)",
                 saved.world_size,
                 self.world,
                 self.global_batch,
+                self.accumulation,
+                self.config.data.batch_size,
                 self.peak_lr,
                 self.config.optim.lr_scaling,
             )
@@ -306,9 +315,14 @@ class Trainer:
             backend=self.topo.backend,
             device=str(self.device),
             model=config.model.name,
-            params=sum(p.numel() for p in self.ddp.parameters()),
+            params=sum(p.numel() for p in self.model.parameters()),
             flops_per_sample=self.flops_per_sample,
             global_batch=self.global_batch,
+            accumulation_steps=self.accumulation,
+            parallelism=config.parallel.parallelism,
+            mesh=self.parallel.mesh_shape,
+            precision=config.parallel.precision,
+            activation_checkpointing=config.parallel.activation_checkpointing,
             peak_lr=self.peak_lr,
             dataset_size=len(self.dataset),
             launches=progress.launches,
@@ -333,21 +347,34 @@ class Trainer:
             window["data"] += time.perf_counter() - started
             poison = self.faults.during_step(step)
             self.optimizer.zero_grad(set_to_none=True)
-            # This rank's own work: everything before the forward pass, then the forward
-            # pass on the device; no peer is waited for until the backward pass.
+            # This rank's own work: everything before its first forward pass, then its
+            # forward passes on the device; no peer is waited for until the backward pass.
             own = time.perf_counter() - started
-            forward_start = self.clock.mark()
-            loss = self.loss_fn(self.ddp(inputs), targets)
-            forward_end = self.clock.mark()
-            if poison:
-                loss = loss * float("nan")
-            with self.watchdog.collective("gradient all-reduce"):
-                self.faults.in_gradient_all_reduce(step)
-                loss.backward()
+            forward = 0.0
+            loss_sum = torch.zeros((), device=self.device)
+            size = config.data.batch_size
+            for index in range(self.accumulation):
+                last = index == self.accumulation - 1
+                micro = slice(index * size, (index + 1) * size)
+                with self.parallel.micro_batch(last):
+                    forward_start = self.clock.mark()
+                    with self.parallel.autocast():
+                        logits = self.model(inputs[micro])
+                    loss = self.loss_fn(logits.float(), targets[micro]) / self.accumulation
+                    forward_end = self.clock.mark()
+                    if poison:
+                        loss = loss * float("nan")
+                    with self.watchdog.collective("gradient all-reduce"):
+                        if last:
+                            self.faults.in_gradient_all_reduce(step)
+                        loss.backward()
+                forward += self.clock.seconds(forward_start, forward_end)
+                loss_sum += loss.detach()
             max_norm = config.optim.grad_clip or math.inf
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.ddp.parameters(), max_norm))
-            loss_value = float(loss.detach())  # waits for the device
-            window["work"] += own + self.clock.seconds(forward_start, forward_end)
+            grad_norm = parallel.clip_gradients(self.model.parameters(), max_norm)
+            stopping = self.parallel.sharded and self._agree_to_stop()
+            loss_value = float(loss_sum)  # waits for the device
+            window["work"] += own + forward
             verdict = self.guard.judge(step, grad_norm, loss_value)
             if verdict is Verdict.ROLLBACK:
                 self._rollback(step)
@@ -364,6 +391,8 @@ class Trainer:
                 elapsed = time.perf_counter() - started
                 progress.productive_seconds += elapsed
             self._record_samples(step, ids)
+            if stopping:
+                self._save_shards_and_exit(step)
             self.metrics.step(step)
             window["steps"] += 1
             if verdict is Verdict.STEP:
@@ -525,11 +554,17 @@ class Trainer:
         if self.ckpt is not None:
             self.ckpt.close()
         self.watchdog.stop()
-        digest = params_sha256(get_model_state_dict(self.ddp))
+        memory = self._memory_per_rank()  # of training, before the gather below
+        # The whole model on rank 0 (gathered from the shards under FSDP2): a collective.
+        full = get_model_state_dict(
+            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
         self.metrics.emit(
             "end",
             step=self.progress.step,
-            params_sha256=digest,
+            params_sha256=params_sha256(full),
+            state_bytes_per_rank=[int(row[0]) for row in memory],
+            peak_memory_bytes_per_rank=[int(row[1]) for row in memory],
             epoch=self.progress.epoch,
             consumed_samples=self.progress.consumed_samples,
             ettr=self._ettr(),
@@ -541,19 +576,83 @@ class Trainer:
         distributed.shutdown()
         return ExitCode.OK
 
+    def _memory_per_rank(self) -> list[list[float]]:
+        """Each rank's (bytes of parameters, gradients and optimizer state, peak memory)."""
+        mine = torch.tensor(
+            [
+                parallel.local_state_bytes(self.model, self.optimizer),
+                parallel.peak_memory_bytes(self.device),
+            ],
+            dtype=torch.float64,
+            device=self.device,
+        )
+        rows = [torch.empty_like(mine) for _ in range(self.world)]
+        dist.all_gather(rows, mine)
+        return torch.stack(rows).tolist()
+
     # -- leaving in a hurry -----------------------------------------------------------
 
     def _on_sigterm(self) -> None:
-        self.emergency_exit(ExitCode.TERMINATED, "SIGTERM")
+        if not self.parallel_sharded or self.ckpt is None:
+            self.emergency_exit(ExitCode.TERMINATED, "SIGTERM")
+        # FSDP2: the training loop stops every rank after one same step and saves it
+        # (`_save_shards_and_exit`). It does not get there when a peer is gone or hangs:
+        # the collectives of the step never complete.
+        self._stop_requested.set()
+        self.faults.sigterm_handled.set()
+        threading.Event().wait(STOP_SECONDS)
+        self._exit_without_save(
+            ExitCode.TERMINATED, "SIGTERM", f"no step ended in {STOP_SECONDS:.0f}s"
+        )
 
-    def emergency_exit(self, code: ExitCode, reason: str) -> None:
-        """Save the last completed step without collectives (rank 0), then exit."""
+    def _agree_to_stop(self) -> bool:
+        """Whether any rank got SIGTERM: one all-reduce of a flag, at every step's end."""
+        flag = torch.tensor([float(self._stop_requested.is_set())], device=self.device)
+        with self.watchdog.collective("stop agreement"):
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def _save_shards_and_exit(self, step: int) -> None:
+        """Every rank writes its shards of `step`, the last step of every rank; exit 143."""
+        if not self._exit_lock.acquire(blocking=False):
+            threading.Event().wait()  # another thread is already leaving
+        self.watchdog.stop()
+        code = ExitCode.TERMINATED
+        started = time.perf_counter()
+        try:
+            path = self.ckpt.save_and_publish(step, self._state())
+        except CHECKPOINT_ERRORS as error:
+            log.error("SIGTERM: the save of step %d failed: %s", step, describe_failure(error))
+            self._rely_on_last_checkpoint(code, "SIGTERM", "the save failed")
+            _hard_exit(code)
+        log.warning(
+            "SIGTERM: every rank saved its shards of %s in %.1fs; exiting with %d",
+            path.name,
+            time.perf_counter() - started,
+            code,
+        )
+        _hard_exit(code)
+
+    def emergency_exit(self, code: ExitCode, reason: str, peers_gone: str | None = None) -> None:
+        """Save the last completed step if that needs no peer, then exit.
+
+        DDP: rank 0 holds the whole state and saves it alone, without collectives
+        (peers may be gone). FSDP2: each rank holds only its shards, and a save needs
+        every peer: after a lost peer (`peers_gone`) nothing can be saved, and the last
+        periodic checkpoint is what a resume gets.
+        """
+        if self.parallel_sharded and self.ckpt is not None:
+            # gloo's and NCCL's first sentence names the peer; the rest is advice.
+            evidence = (peers_gone or "a collective failed").split(". ")[0][:200]
+            self._exit_without_save(code, reason, f"peers are gone: {evidence}")
         if not self._exit_lock.acquire(blocking=False):
             threading.Event().wait()  # another thread is already doing this
         self.watchdog.stop()
         self.watchdog.join_report(reason)
         # Wait for a step boundary: the optimizer step must not be half applied.
         consistent = self.state_lock.acquire(timeout=60)
+        if hasattr(self, "faults"):
+            self.faults.sigterm_handled.set()
         step = self.progress.step if hasattr(self, "progress") else 0
         try:
             if self.ckpt is not None and self.rank == 0 and consistent and step > 0:
@@ -577,6 +676,43 @@ class Trainer:
             )
         _hard_exit(code)
 
+    @property
+    def parallel_sharded(self) -> bool:
+        return hasattr(self, "parallel") and self.parallel.sharded
+
+    def _exit_without_save(self, code: ExitCode, reason: str, why: str) -> None:
+        if not self._exit_lock.acquire(blocking=False):
+            threading.Event().wait()  # another thread is already leaving
+        self.watchdog.stop()
+        self.watchdog.join_report(reason)
+        self._rely_on_last_checkpoint(code, reason, why)
+        _hard_exit(code)
+
+    def _rely_on_last_checkpoint(self, code: ExitCode, reason: str, why: str) -> None:
+        newest = newest_checkpoint(self.config.checkpoint.directory)
+        if newest is None:
+            fallback = "there is no checkpoint yet: a resume starts at step 0"
+        else:
+            saved_step, created = newest
+            fallback = (
+                f"relying on step-{saved_step}, the last periodic checkpoint, saved "
+                f"{max(0.0, time.time() - created):.1f}s ago"
+            )
+        log.error(
+            "%s at step %d: no collective save (%s); %s; exiting with %d",
+            reason,
+            self.progress.step,
+            why,
+            fallback,
+            code,
+        )
+
+
+# How long a SIGTERM under FSDP2 waits for the ranks to end a step together and save it
+# before concluding that a peer is gone or stuck: inside the templates' 240 s of
+# torchrun shutdown timeout.
+STOP_SECONDS = 180.0
+
 
 def _configure_logging(rank: int) -> None:
     logging.basicConfig(
@@ -588,7 +724,12 @@ def _configure_logging(rank: int) -> None:
 
 
 def _hard_exit(code: int) -> None:
-    """Leave without joining threads or tearing down a process group with dead peers."""
+    """Leave without joining threads or tearing down a process group with dead peers.
+
+    Also after a clean finish: Python's finalisation destroys the gloo groups that
+    FSDP2's device mesh still references, and gloo can abort there (SIGABRT, "terminate
+    called without an active exception") after the work is done and saved.
+    """
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(int(code))
@@ -598,7 +739,7 @@ def run(config: TrainConfig) -> int:
     trainer = Trainer(config)
     try:
         trainer.setup()
-        return int(trainer.train())
+        code = trainer.train()
     except TrainerError as error:
         report_error(error)
         code = error.code
@@ -610,7 +751,9 @@ def run(config: TrainConfig) -> int:
         # save it without collectives. After a GPU fault the device may not even read.
         if cause in (PEER_LOST, NCCL_FAULT) and hasattr(trainer, "progress"):
             log.error("a collective failed (%s): %s", cause.title, evidence)
-            trainer.emergency_exit(ExitCode(cause.code), cause.id.replace("-", " "))
+            trainer.emergency_exit(
+                ExitCode(cause.code), cause.id.replace("-", " "), peers_gone=evidence
+            )
         trainer.watchdog.join_report("an error")
         traceback.print_exc()
         code = cause.code
