@@ -44,8 +44,11 @@ format: $(DEV)
 	$(BIN)/ruff format tools trainer/src tests policies
 	$(BIN)/ruff check --fix tools trainer/src tests policies
 
+# Two workers (pytest-xdist), a test file each at a time: the suite's processes fit
+# a 2-core CI machine; tests that start servers draw ports from disjoint sets.
+WORKERS ?= 2
 test: validate lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(WORKERS) --dist loadfile
 
 # A race shows up as a rare failure: run the tests that start processes many times
 # (pytest-repeat). scripts/test-under-load.sh runs tests while every core is busy.

@@ -161,7 +161,12 @@ def unused_port() -> int:
         lowest = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         lowest = 32768
-    candidates = list(range(10000, max(10000, lowest)))
+    # Test processes running side by side (pytest-xdist workers gw0, gw1...) draw from
+    # disjoint sets of ports, so two of them never pick the same one.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(worker) if worker.isdigit() else 0
+    candidates = [p for p in range(10000, max(10000, lowest)) if p % workers == index]
     random.shuffle(candidates)
     for port in candidates:
         with socket.socket() as probe:
