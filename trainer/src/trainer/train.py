@@ -112,6 +112,11 @@ class Trainer:
     def setup(self) -> None:
         config = self.config
         nccl_log = transport.prepare(os.environ) if config.transport.expect else None
+        # Bad data is the same on every rank: find it before the process group forms. A
+        # rank leaving while its peers still connect fails their connect instead, and rank
+        # 0's one-line error was never printed.
+        plugin_dataset = plugins.is_import_path(config.data.dataset)
+        dataset = None if plugin_dataset else load_dataset(config.data, config.model.name)
         self.topo = topo = distributed.initialize(
             config.device, config.collective_timeout, config.checkpoint.directory
         )
@@ -119,10 +124,9 @@ class Trainer:
         self.device = torch.device(topo.device)
         self.rank, self.world = topo.rank, topo.world_size
 
-        if plugins.is_import_path(config.data.dataset):
-            self.dataset = plugins.resolve("dataset", config.data.dataset)(config.data)
-        else:
-            self.dataset = load_dataset(config.data, config.model.name)
+        if dataset is None:  # a plug-in may use the process group
+            dataset = plugins.resolve("dataset", config.data.dataset)(config.data)
+        self.dataset = dataset
         self.order = SampleOrder(len(self.dataset), config.seed)
         self.accumulation = parallel.accumulation_steps(
             config.parallel, config.data.batch_size, self.world
