@@ -574,20 +574,8 @@ def read_command_line(
     ), args.print_config
 
 
-def launch_rank() -> int:
-    """This process's global rank as the launcher announced it (0 when alone or unclear)."""
-    from trainer.distributed import detect
-
-    try:
-        return detect().rank
-    except ConfigError:
-        return 0
-
-
 def report_error(error: TrainerError) -> None:
-    # Configuration errors are the same on every rank: say it once.
-    if error.code == ExitCode.CONFIG and launch_rank() != 0:
-        return
+    # Every rank says it: trainer-launch passes the first copy of a line on (workerlogs).
     print(f"trainer: error: {error}", file=sys.stderr, flush=True)
 
 

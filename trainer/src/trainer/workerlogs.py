@@ -7,6 +7,9 @@ log extension point (`torchrun.logs_specs`, registered as `trainer-launch`) give
 worker a named pipe as its stderr; a thread per worker writes each complete line on
 to the launcher's stderr, unchanged and never interleaved with another worker's, and
 keeps only the last lines. Lines longer than a pipe's worth are passed on in pieces.
+A configuration error is the same on every rank, and every rank reports it (whichever
+rank exits first makes torchrun stop the others, so no one rank is sure to get to
+say it): the first copy of each `trainer: error:` line is passed on, the rest are not.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from trainer.failures import MAX_LINE
 KEEP_LINES = 200
 _CHUNK = 1 << 16
 _OUTPUT_LOCK = threading.Lock()
+_SAID_ONCE = b"trainer: error: "
+_said: set[bytes] = set()  # under _OUTPUT_LOCK
 
 
 class LineTail:
@@ -70,7 +75,8 @@ class LineTail:
             return
         if self.sink is not None:
             with _OUTPUT_LOCK:
-                self.sink.write(b"".join(line + b"\n" for line in lines))
+                shown = [line for line in lines if _first_time(line)]
+                self.sink.write(b"".join(line + b"\n" for line in shown))
                 self.sink.flush()
         with self._lock:
             for line in lines:
@@ -88,6 +94,15 @@ class LineTail:
     def lines(self) -> list[str]:
         with self._lock:
             return list(self._lines)
+
+
+def _first_time(line: bytes) -> bool:
+    if not line.startswith(_SAID_ONCE):
+        return True
+    if line in _said:
+        return False
+    _said.add(line)
+    return True
 
 
 class WorkerStderr(LogsSpecs):
