@@ -214,6 +214,8 @@ def test_user_code_failures_map_to_the_exit_code_policy(user_run, tmp_path, faul
     if fault == "value":
         assert "bug (ValueError: learning rate must be positive)" in done.stderr
     assert (tmp_path / "ckpt" / "model.pt").is_file()  # it trained before failing
+    # Every worker's stderr reached its end: the verdict did not wait out a deadline.
+    assert "still open" not in done.stderr
 
 
 def test_user_code_that_succeeds_exits_0_and_clears_the_retry_record(user_run, tmp_path):

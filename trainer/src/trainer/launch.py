@@ -28,6 +28,7 @@ wrote (`trainer.hangreport`) is printed. Retryable failures are bounded per node
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -280,12 +281,13 @@ def run_workers(args: Namespace, patterns: Sequence[Pattern]) -> Ending | None:
         args.log_dir = str(Path(scratch, "logs"))
         oom_before = oom_kills()
         grace = shutdown_timeout(args)
+        failures = None
         try:
             run(args)
             ending = None
         except ChildFailedError as error:
             stopping.install()
-            ending = _failed_workers(error, oom_before, patterns)
+            failures = error.failures
         except SignalException as error:
             stopping.install()
             signum = int(error.sigval)
@@ -301,20 +303,32 @@ def run_workers(args: Namespace, patterns: Sequence[Pattern]) -> Ending | None:
         finally:
             stopping.install()
             wait_for_workers(time.monotonic() + grace)
+        if failures is not None:
+            # torchrun's process context keeps the write end of a worker's stderr open
+            # until the context is freed (it closes only the streams of workers it had
+            # to stop): while the exception's traceback held the context, the stream of
+            # the first worker to fail never ended. Collected in case of a cycle.
+            gc.collect()
+            ending = _failed_workers(failures, oom_before, patterns)
         _report_hangs(report_dir)
     return ending
 
 
-def _failed_workers(error, oom_before: int | None, patterns: Sequence[Pattern]) -> Ending:
+def _failed_workers(failures, oom_before: int | None, patterns: Sequence[Pattern]) -> Ending:
     logs = WorkerStderr.active
     tails = logs.tails if logs is not None else {}
     deadline = time.monotonic() + _TAIL_WAIT
-    for tail in tails.values():
+    for local_rank, tail in sorted(tails.items()):
         tail.wait(deadline)
+        if not tail.ended():
+            _say(
+                f"  local rank {local_rank}: its stderr is still open {_TAIL_WAIT:.0f}s after "
+                "the workers ended (a process it started holds it): its last lines may be missing"
+            )
     oom_after = oom_kills()
     oom = oom_before is not None and oom_after is not None and oom_after > oom_before
     endings = []
-    for rank, failure in sorted(error.failures.items()):
+    for rank, failure in sorted(failures.items()):
         tail = tails.get(failure.local_rank)
         lines = tail.lines() if tail is not None else []
         endings.append(classify_exit(rank, failure.exitcode, lines, oom, patterns))

@@ -91,6 +91,10 @@ class LineTail:
         if self._thread is not None:
             self._thread.join(max(0.0, deadline - time.monotonic()))
 
+    def ended(self) -> bool:
+        """Whether the stream reached its end (every writer closed it)."""
+        return self._thread is not None and not self._thread.is_alive()
+
     def lines(self) -> list[str]:
         with self._lock:
             return list(self._lines)
