@@ -600,7 +600,11 @@ class Checkpointer:
                 )
             dist.barrier(group=self.group)
         if had_checkpoints:
-            named = f" ({', '.join(set_aside_names)})" if set_aside_names else ""
+            # Rank 0 set them aside; every rank reports the same error (trainer-launch
+            # shows it once, whichever rank gets to it first).
+            names = [set_aside_names]
+            dist.broadcast_object_list(names, src=0, group=self.group)
+            named = f" ({', '.join(names[0])})" if names[0] else ""
             raise UnusableCheckpoints(
                 f"no usable checkpoint in {self.directory}: every one failed verification "
                 f"or loading and is set aside{named}; repair them, or pass --no-resume to "
