@@ -44,9 +44,10 @@ format: $(DEV)
 	$(BIN)/ruff format tools trainer/src tests policies
 	$(BIN)/ruff check --fix tools trainer/src tests policies
 
-# Two workers (pytest-xdist), a test file each at a time: the suite's processes fit
-# a 2-core CI machine; tests that start servers draw ports from disjoint sets.
-WORKERS ?= 2
+# Three workers (pytest-xdist), a test file each at a time, on a 2-core CI machine:
+# the trainer's tests wait on process start-up, rendezvous and teardown, and a third
+# worker fills those gaps. Tests that start servers draw ports from disjoint sets.
+WORKERS ?= 3
 test: validate lint
 	$(BIN)/pytest -n $(WORKERS) --dist loadfile
 
