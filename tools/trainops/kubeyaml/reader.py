@@ -91,6 +91,11 @@ def load_first_document(text: str, duplicates: str = REFUSE) -> Any:
     try:
         return _Builder(duplicates).build(CParser(text))
     except MarkedYAMLError as exc:
+        # libyaml from 0.2.6 (PyYAML 6.0.4) stops at 1,000 levels in its scanner, which
+        # reads a line's tokens ahead of the events, so a deep line ends here, not at MAX_DEPTH.
+        if exc.problem == "exceeded maximum nesting depth":
+            mark = exc.problem_mark or exc.context_mark
+            raise _too_deep(mark.line if mark else None) from None
         raise SyntaxProblem(exc) from None
     except ReaderError as exc:
         line = text.count("\n", 0, exc.position)
@@ -99,6 +104,15 @@ def load_first_document(text: str, duplicates: str = REFUSE) -> Any:
             line,
             "syntax",
         ) from None
+
+
+def _too_deep(line: int | None) -> YamlProblem:
+    return YamlProblem(
+        f"nesting deeper than {MAX_DEPTH} levels: no Kubernetes object is that deep "
+        "(a YAML bomb?)",
+        line,
+        "depth",
+    )
 
 
 def _is_merge_key(event: ScalarEvent) -> bool:
@@ -152,12 +166,7 @@ class _Builder:
             elif cls is MappingStartEvent or cls is SequenceStartEvent:
                 self.decoded += 1
                 if len(stack) >= MAX_DEPTH:
-                    raise YamlProblem(
-                        f"nesting deeper than {MAX_DEPTH} levels: no Kubernetes object is "
-                        "that deep (a YAML bomb?)",
-                        event.start_mark.line,
-                        "depth",
-                    )
+                    raise _too_deep(event.start_mark.line)
                 if key is _MERGE:
                     self.decoded -= cls is SequenceStartEvent  # go-yaml walks it, not decodes
                 anchor = event.anchor
