@@ -1,4 +1,4 @@
-"""Shared fixtures: run the real `trainops` CLI in a subprocess with an isolated cache."""
+"""Shared fixtures: run the real `trainops` CLI in a subprocess, with a render cache of its own."""
 
 from __future__ import annotations
 
@@ -12,9 +12,29 @@ import pytest
 from tests.support import REPO, Run
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "own_cache: the test reads or damages the render cache, so it gets its own"
+    )
+
+
+@pytest.fixture(scope="session")
+def shared_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
 @pytest.fixture
-def cache_dir(tmp_path: Path) -> Path:
-    return tmp_path / "cache"
+def cache_dir(request: pytest.FixtureRequest, tmp_path: Path, shared_cache_dir: Path) -> Path:
+    """The render cache the CLI uses: one per test process unless the test is `own_cache`.
+
+    Entries are keyed by everything a render reads (relative paths, file contents, the
+    kustomize binary, the toolkit's code), so a workspace copied from the repository
+    reuses what an earlier test rendered and a changed overlay never meets a stale
+    entry: a cold render of the whole repository costs about 17 CPU-seconds.
+    """
+    if request.node.get_closest_marker("own_cache"):
+        return tmp_path / "cache"
+    return shared_cache_dir
 
 
 @pytest.fixture
@@ -44,3 +64,13 @@ def workspace(tmp_path: Path) -> Path:
     from tests.workspace import make_workspace
 
     return make_workspace(tmp_path / "repo")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The trainer's tests first, keeping the order within each group.
+
+    They take most of the suite's time: started first, the files of real launches
+    spread over the xdist workers and the short files fill the end, where a long
+    file started last would leave the other workers idle until it ends.
+    """
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/trainer/"))

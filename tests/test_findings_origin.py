@@ -169,6 +169,7 @@ def test_fingerprints_stay_when_lines_move(trainops, patched: Path):
     assert fingerprints() == before
 
 
+@pytest.mark.own_cache
 def test_cached_results_keep_their_places_when_the_tree_moves(
     trainops, patched: Path, tmp_path: Path, cache_dir: Path
 ):

@@ -10,6 +10,8 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from tests.support import PYTORCHJOB, write
 from trainops.model import Target
 from trainops.pipeline import FILE_UNIT_BYTES, PARALLEL_MIN_UNITS, ValidateOptions, Validation
@@ -200,6 +202,7 @@ def test_two_files_with_the_same_content_keep_their_own_names(trainops, tmp_path
         assert sources == [str(first), str(second)]
 
 
+@pytest.mark.own_cache
 def test_a_corrupt_cache_entry_is_a_miss(trainops, tmp_path: Path, cache_dir: Path):
     job = write(tmp_path / "job.yaml", PYTORCHJOB.format(replicas_key="replica"))
     first = trainops("validate", "--no-policies", "--format", "json", str(job))
