@@ -108,8 +108,7 @@ def load_first_document(text: str, duplicates: str = REFUSE) -> Any:
 
 def _too_deep(line: int | None) -> YamlProblem:
     return YamlProblem(
-        f"nesting deeper than {MAX_DEPTH} levels: no Kubernetes object is that deep "
-        "(a YAML bomb?)",
+        f"nesting deeper than {MAX_DEPTH} levels: no Kubernetes object is that deep (a YAML bomb?)",
         line,
         "depth",
     )
