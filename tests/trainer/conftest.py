@@ -3,6 +3,7 @@ which is torchrun with meaningful exit codes), writing real checkpoints to disk.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -14,12 +15,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, redirect_stdout, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
+
+from trainer.inspect import main as inspect_main
 
 # Small and quick, but every component is in play: checkpoints every 5 steps, async.
 BASE_ARGS = (
@@ -219,14 +222,14 @@ def assert_params_close(actual: dict, expected: dict) -> None:
 
 
 def inspect(directory: Path, *extra: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "trainer.inspect", str(directory), *extra],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=trainer_env(),
-    )
-    return json.loads(done.stdout)
+    """`python -m trainer.inspect DIR` run in this process: a process of its own would
+    import torch again (about two CPU-seconds a call). The command's own process is
+    tested in test_checkpoint_failures and test_checkpoint_security."""
+    printed = io.StringIO()
+    with redirect_stdout(printed):
+        code = inspect_main([str(directory), *extra])
+    assert code == 0, printed.getvalue()
+    return json.loads(printed.getvalue())
 
 
 @pytest.fixture(scope="session")

@@ -9,12 +9,13 @@ What holds bitwise and what to round-off (docs/trainer.md says the same):
   commute); at 4 ranks the reduction may group the sums differently, and one at
   another world size accumulates micro-batches where the peers were: both agree with
   the uninterrupted run to round-off as `assert_params_close` (conftest) defines it;
-- accumulation 4 x 1 and 1 x 4 agree to the same tolerance;
+- accumulation 4 x 1 agrees with the baseline's 2 x 2 to the same tolerance;
 - bf16 tracks fp32 to BF16_LOSS_TOLERANCE of the loss.
 """
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -79,27 +80,42 @@ def fsdp_baseline(tmp_path_factory):
     return run, final_params(directory)
 
 
-@pytest.mark.parametrize(
-    ("killed_at", "resumed_at"), [(2, 2), (2, 1), (4, 4)], ids=["2-to-2", "2-to-1", "4-to-4"]
-)
-def test_fsdp_sigkill_then_resume_continues_as_uninterrupted(
-    fsdp_baseline, tmp_path, killed_at, resumed_at
-):
-    baseline, expected = fsdp_baseline
-    directory = tmp_path / "ckpt"
+def sigkill_at_step_12(directory: Path, nproc: int) -> None:
     killed = launch(
         *FSDP_ARGS,
         "--checkpoint-dir",
         str(directory),
         "--inject-fault",
         "sigkill@12:rank=1",
-        nproc=killed_at,
+        nproc=nproc,
     )
     assert killed.code == 137, killed.stderr
     # Rank 0 cannot save its shards without rank 1: it says so, and what is left.
     assert "no collective save (peers are gone: " in killed.stderr
     assert "relying on step-10, the last periodic checkpoint, saved" in killed.stderr
     assert inspect(directory, "--no-params")["step"] == 10
+
+
+@pytest.fixture(scope="module")
+def killed_at_two_ranks(tmp_path_factory) -> Path:
+    """A run of 2 ranks whose rank 1 was SIGKILLed in step 12: resumed at 2 and at 1."""
+    directory = tmp_path_factory.mktemp("fsdp-killed") / "ckpt"
+    sigkill_at_step_12(directory, nproc=2)
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("killed_at", "resumed_at"), [(2, 2), (2, 1), (4, 4)], ids=["2-to-2", "2-to-1", "4-to-4"]
+)
+def test_fsdp_sigkill_then_resume_continues_as_uninterrupted(
+    fsdp_baseline, request, tmp_path, killed_at, resumed_at
+):
+    baseline, expected = fsdp_baseline
+    directory = tmp_path / "ckpt"
+    if killed_at == 2:
+        shutil.copytree(request.getfixturevalue("killed_at_two_ranks"), directory)
+    else:
+        sigkill_at_step_12(directory, nproc=killed_at)
 
     resumed = launch(*FSDP_ARGS, "--checkpoint-dir", str(directory), nproc=resumed_at)
     assert resumed.code == 0, resumed.stderr
@@ -218,23 +234,24 @@ def test_activation_checkpointing_changes_memory_not_results(fsdp_baseline, tmp_
 
 
 @pytest.mark.parametrize("parallelism", ["ddp", "fsdp"])
-def test_gradient_accumulation_4x1_matches_1x4(tmp_path, parallelism):
-    params = {}
-    for micro, batch_size in (("4x1", "1"), ("1x4", "4")):
-        directory = tmp_path / micro
-        run = launch(
-            *FSDP_ARGS,
-            "--parallelism",
-            parallelism,
-            "--batch-size",
-            batch_size,
-            "--checkpoint-dir",
-            str(directory),
-        )
-        assert run.code == 0, run.stderr
-        assert run.events("start")[0]["accumulation_steps"] == {"4x1": 4, "1x4": 1}[micro]
-        params[micro] = final_params(directory)
-    assert_params_close(params["4x1"], params["1x4"])
+def test_gradient_accumulation_4x1_matches_2x2(fsdp_baseline, tmp_path, parallelism):
+    """Micro-batches of 1 accumulated 4 times train as the baseline's micro-batches of 2
+    accumulated twice. Runs at 4 ranks accumulate nothing (one micro-batch of 2 a rank)
+    and match the baseline too: test_fsdp_sigkill_then_resume_continues_as_uninterrupted."""
+    _, expected = fsdp_baseline
+    directory = tmp_path / "ckpt"
+    run = launch(
+        *FSDP_ARGS,
+        "--parallelism",
+        parallelism,
+        "--batch-size",
+        "1",
+        "--checkpoint-dir",
+        str(directory),
+    )
+    assert run.code == 0, run.stderr
+    assert run.events("start")[0]["accumulation_steps"] == 4
+    assert_params_close(final_params(directory), expected)
 
 
 def test_bf16_loss_tracks_fp32():
