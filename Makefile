@@ -49,7 +49,7 @@ format: $(DEV)
 # worker fills those gaps. Tests that start servers draw ports from disjoint sets.
 WORKERS ?= 3
 test: validate lint
-	$(BIN)/pytest -n $(WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(WORKERS) --dist loadfile --durations=25
 
 # A race shows up as a rare failure: run the tests that start processes many times
 # (pytest-repeat). scripts/test-under-load.sh runs tests while every core is busy.
