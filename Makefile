@@ -46,10 +46,11 @@ format: $(DEV)
 
 # Three workers (pytest-xdist), a test file each at a time, on a 2-core CI machine:
 # the trainer's tests wait on process start-up, rendezvous and teardown, and a third
-# worker fills those gaps. Tests that start servers draw ports from disjoint sets.
+# worker fills those gaps. Files go out in collection order, the trainer's first
+# (tests/conftest.py). Tests that start servers draw ports from disjoint sets.
 WORKERS ?= 3
 test: validate lint
-	$(BIN)/pytest -n $(WORKERS) --dist loadfile --durations=25
+	$(BIN)/pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 # A race shows up as a rare failure: run the tests that start processes many times
 # (pytest-repeat). scripts/test-under-load.sh runs tests while every core is busy.

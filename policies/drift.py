@@ -7,7 +7,6 @@ from pathlib import Path
 
 from trainops.model import ERROR, Document
 from trainops.policy.engine import Context, Violation, render_rule
-from trainops.profile.writer import plan_overlay
 from trainops.render.discover import display_path
 
 
@@ -28,6 +27,9 @@ def profile_drift(ctx: Context) -> Iterator[tuple[Document | None, Violation]]:
     directory = Path(ctx.target.path).resolve()
     if not (directory / "cluster.yaml").is_file() or directory.parent.name != "overlays":
         return
+    # The generator (and ruamel.yaml with it) is imported only for a cluster overlay.
+    from trainops.profile.writer import plan_overlay
+
     for change in plan_overlay(directory.parent.parent, directory.name, ctx.profile):
         shown = display_path(change.path)
         if change.old is None:

@@ -71,6 +71,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     They take most of the suite's time: started first, the files of real launches
     spread over the xdist workers and the short files fill the end, where a long
-    file started last would leave the other workers idle until it ends.
+    file started last would leave the other workers idle until it ends. (`make test`
+    passes --no-loadscope-reorder, or xdist would hand out files by their number of
+    tests, the trainer's few long ones last.)
     """
     items.sort(key=lambda item: not item.nodeid.startswith("tests/trainer/"))
