@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import PYTORCHJOB, write
-from trainops.model import Target
+from trainops.model import Document, Target
 from trainops.pipeline import FILE_UNIT_BYTES, PARALLEL_MIN_UNITS, ValidateOptions, Validation
 from trainops.render.engine import Renderer, RenderOptions
 
@@ -246,3 +246,17 @@ def test_worker_processes_find_what_one_process_finds(trainops, tmp_path: Path):
     assert json.loads(one.out)["findings"] == [
         finding for finding in found["findings"] if finding["target"] in ends
     ]
+
+
+def test_a_documents_identity_is_read_once_and_kept():
+    reads = []
+
+    class Counted(dict):
+        def get(self, key, default=None):
+            reads.append(key)
+            return super().get(key, default)
+
+    doc = Document(obj=Counted(kind="ConfigMap", metadata={"name": "a"}), source="s")
+    assert (doc.kind, doc.name, doc.kind, doc.name) == ("ConfigMap", "a", "ConfigMap", "a")
+    assert reads.count("kind") == 1 and reads.count("metadata") == 1
+    assert doc.__dict__["kind"] == "ConfigMap"  # kept on the instance: no descriptor call

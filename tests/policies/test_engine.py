@@ -411,6 +411,16 @@ def test_a_rule_that_raises_is_reported_and_the_other_rules_go_on(monkeypatch):
     assert "nccl-debug-info" in rules_of(found)  # the rest of the pack still ran
 
 
+def test_an_applies_predicate_that_raises_lets_its_rules_run(monkeypatch):
+    def broken(subject):
+        raise TypeError("unexpected shape")
+
+    rule = registered()["dev-shm-missing"]
+    assert rule.applies is not None  # else the test would not test the predicate
+    monkeypatch.setitem(engine._RULES, rule.id, replace(rule, applies=broken))
+    assert "dev-shm-missing" in rules_of(run(NO_SHM()))  # as if the predicate had held
+
+
 def test_resource_rules_name_their_kinds():
     with pytest.raises(ValueError, match="must name its kinds"):
         engine.resource_rule(id="no-kinds", severity="error", title="t", why="w", fix="f")(

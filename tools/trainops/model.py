@@ -7,13 +7,37 @@ rule. Reporters only ever see these two types.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import PurePath
 from typing import Any
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 SEVERITIES = (ERROR, WARNING, INFO)
+
+
+class computed_once:  # lower case: a decorator, as functools.cached_property is
+    """functools.cached_property without the lock Python 3.11 takes on every first read.
+
+    The value is stored in the instance's __dict__, where later reads find it without
+    calling the descriptor. Two threads reading at once may both compute it: only for
+    values computed from the instance alone. The lock cost about a microsecond a read,
+    paid for every Document and pod template (several reads each) of every render.
+    """
+
+    def __init__(self, compute: Callable[[Any], Any]):
+        self.compute = compute
+        self.name = compute.__name__
+        self.__doc__ = compute.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.compute(instance)
+        return value
 
 
 @dataclass(frozen=True)
@@ -57,32 +81,32 @@ class Document:
     text: str | None = field(default=None, repr=False)
     origin: Origin | None = field(default=None, repr=False)
 
-    @cached_property
+    @computed_once
     def api_version(self) -> str:
         value = self.obj.get("apiVersion")
         return value if isinstance(value, str) else ""
 
-    @cached_property
+    @computed_once
     def kind(self) -> str:
         value = self.obj.get("kind")
         return value if isinstance(value, str) else ""
 
-    @cached_property
+    @computed_once
     def metadata(self) -> dict[str, Any]:
         meta = self.obj.get("metadata")
         return meta if isinstance(meta, dict) else {}
 
-    @cached_property
+    @computed_once
     def name(self) -> str:
         name = self.metadata.get("name") or self.metadata.get("generateName") or ""
         return str(name)
 
-    @cached_property
+    @computed_once
     def namespace(self) -> str:
         namespace = self.metadata.get("namespace")
         return namespace if isinstance(namespace, str) else ""
 
-    @cached_property
+    @computed_once
     def resource_id(self) -> str:
         return f"{self.kind}/{self.namespace}/{self.name}"
 

@@ -20,13 +20,12 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import date
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
 from trainops.cache import Cache, FileHasher, code_fingerprint, digest
 from trainops.errors import InputError
-from trainops.model import Document, Target
+from trainops.model import Document, Target, computed_once
 from trainops.policy.engine import Context, PolicySettings, evaluate
 from trainops.policy.settings import load_pack, load_settings
 from trainops.render.discover import display_path
@@ -90,7 +89,7 @@ class Validation:
         self.options = options
         self.cache = cache or Cache(None)
 
-    @cached_property
+    @computed_once
     def registry(self) -> SchemaRegistry:
         return SchemaRegistry(
             list(self.options.schema_locations),
@@ -98,14 +97,14 @@ class Validation:
             self.options.strict,
         )
 
-    @cached_property
+    @computed_once
     def policy_settings(self) -> PolicySettings | None:
         if self.options.policy_pack is None:
             return None
         load_pack(self.options.policy_pack)
         return load_settings(self.options.policy_config)
 
-    @cached_property
+    @computed_once
     def fingerprint(self) -> str:
         """Everything besides the inputs that decides a target's findings."""
         hasher = FileHasher()

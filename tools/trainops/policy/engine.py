@@ -326,7 +326,12 @@ Found = list[tuple[Rule, Document | None, PodTemplate | None, Violation]]
 
 
 def _violations(ctx: Context, dispatch: _Dispatch) -> Found:
-    """Every rule's violations over the render, with the rule, document and pod of each."""
+    """Every rule's violations over the render, with the rule, document and pod of each.
+
+    An `applies` predicate that raises lets its rules run, so that they report what they
+    make of the input (an internal error at worst). Predicates are called inline: this
+    loop runs some 25 of them per pod.
+    """
     found: Found = []
     for rule in dispatch.render:
         try:
@@ -337,8 +342,12 @@ def _violations(ctx: Context, dispatch: _Dispatch) -> Found:
     for doc in ctx._index.documents:
         kind = doc.kind
         for applies, rules in dispatch.resource.get(kind, dispatch.every_resource):
-            if applies is not None and not _holds(applies, doc):
-                continue
+            if applies is not None:
+                try:
+                    if not applies(doc):
+                        continue
+                except Exception:  # a predicate that raises lets its rules run
+                    pass
             for rule in rules:
                 try:
                     for violation in rule.check(doc, ctx):
@@ -350,8 +359,12 @@ def _violations(ctx: Context, dispatch: _Dispatch) -> Found:
             continue
         for pod in ctx.pods(doc):
             for applies, rules in groups:
-                if applies is not None and not _holds(applies, pod):
-                    continue
+                if applies is not None:
+                    try:
+                        if not applies(pod):
+                            continue
+                    except Exception:  # as for documents
+                        pass
                 for rule in rules:
                     try:
                         for violation in rule.check(pod, ctx):
@@ -359,15 +372,6 @@ def _violations(ctx: Context, dispatch: _Dispatch) -> Found:
                     except Exception as exc:
                         found.append((rule, doc, pod, _internal_error(rule, exc)))
     return found
-
-
-def _holds(applies: Callable[[Any], bool], subject: Document | PodTemplate) -> bool:
-    """Whether an `applies` predicate holds; one that raises lets its rules run, so that
-    they report what they make of the input (an internal error at worst)."""
-    try:
-        return applies(subject)
-    except Exception:
-        return True
 
 
 def _internal_error(rule: Rule, exc: Exception) -> Violation:

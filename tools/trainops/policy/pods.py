@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
-from trainops.model import Document, json_path
+from trainops.model import Document, computed_once, json_path
 
 GPU_RESOURCES = frozenset(
     ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "habana.ai/gaudi")
@@ -74,7 +73,7 @@ class PodTemplate:
     def training(self) -> bool:
         return self.doc.kind in TRAINING_KINDS
 
-    @cached_property
+    @computed_once
     def containers(self) -> list[dict[str, Any]]:
         items = self.spec.get("containers")
         return [c for c in items if isinstance(c, dict)] if isinstance(items, list) else []
@@ -113,7 +112,7 @@ class PodTemplate:
     def container_path(self, index: int) -> tuple[Any, ...]:
         return (*self.path, "containers", index)
 
-    @cached_property
+    @computed_once
     def gpus(self) -> int:
         return sum(gpu_count(c) for c in self.containers)
 

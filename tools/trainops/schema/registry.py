@@ -20,13 +20,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jsonschema_rs
 
 from trainops.errors import InputError
+from trainops.model import computed_once
 from trainops.schema import bundle
 
 if TYPE_CHECKING:  # compiled CEL is loaded only for kinds that have rules
@@ -76,15 +76,15 @@ class SchemaRegistry:
                 f"choose one of {available[0]}..{available[-1]}"
             )
 
-    @cached_property
+    @computed_once
     def core_definitions(self) -> dict[str, Any]:
         return bundle.load(self.version, self.strict)["_definitions.json"]
 
-    @cached_property
+    @computed_once
     def _core_registry(self) -> Any:
         return jsonschema_rs.Registry([(_CORE_DEFINITIONS_URI, self.core_definitions)])
 
-    @cached_property
+    @computed_once
     def object_meta(self) -> Any:
         """Validator for top-level metadata, which CRD schemas leave open."""
         ref = {"$ref": f"{_CORE_DEFINITIONS_URI}#/$defs/{_OBJECT_META}"}
