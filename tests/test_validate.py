@@ -7,6 +7,8 @@ pack has its own tests under tests/policies.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -260,3 +262,19 @@ def test_a_documents_identity_is_read_once_and_kept():
     assert (doc.kind, doc.name, doc.kind, doc.name) == ("ConfigMap", "a", "ConfigMap", "a")
     assert reads.count("kind") == 1 and reads.count("metadata") == 1
     assert doc.__dict__["kind"] == "ConfigMap"  # kept on the instance: no descriptor call
+
+
+def test_a_report_written_to_a_fifo_or_device_leaves_it_in_place(trainops, tmp_path: Path):
+    """`-o /dev/null` once replaced /dev/null with a regular file (an atomic rename over it)."""
+    job = write(tmp_path / "job.yaml", PYTORCHJOB.format(replicas_key="replicas"))
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader exists: the writer may open
+    try:
+        run = trainops("validate", "--no-policies", "--format", "json", "-o", str(fifo), str(job))
+        assert run.code == 0, run.err
+        assert stat.S_ISFIFO(fifo.stat().st_mode)
+        report = json.loads(os.read(reader, 1 << 16))
+    finally:
+        os.close(reader)
+    assert report["summary"]["resources"] == 1

@@ -195,10 +195,17 @@ def use_colour(choice: str, output: Path | None) -> bool:
 
 
 def emit(text: str, output: Path | None) -> None:
-    """Write the whole result at once: to a file atomically, or to stdout."""
+    """Write the whole result at once: to a file atomically, or to stdout.
+
+    A file that exists and is not a regular file (/dev/null, /dev/stdout, a FIFO) is
+    written as it is: renaming over it would put a regular file in its place.
+    """
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
+    elif output.exists() and not output.is_file() and not output.is_dir():
+        with output.open("w") as handle:
+            handle.write(text)
     else:
         write_atomic(output, text)
 
