@@ -3,10 +3,12 @@ which is torchrun with meaningful exit codes), writing real checkpoints to disk.
 
 from __future__ import annotations
 
+import ctypes
 import io
 import json
 import os
 import random
+import select
 import shutil
 import signal
 import socket
@@ -104,7 +106,7 @@ def launch(
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
+        kill_tree(process)
         stdout, stderr = process.communicate()
         pytest.fail(f"trainer did not finish within {timeout}s:\n{stderr[-3000:]}")
     return TrainerRun(process.returncode, stdout, stderr)
@@ -135,13 +137,13 @@ def running(
             start_new_session=True,
         ) as process,
     ):
-        killer = threading.Timer(limit, kill_group, (process,))
+        killer = threading.Timer(limit, kill_tree, (process,))
         killer.start()
         try:
             yield process
         finally:
             killer.cancel()
-            kill_group(process)
+            kill_tree(process)
 
 
 def wait_for(condition: Callable[[], bool], what: str, limit: float = RUN_LIMIT) -> None:
@@ -181,11 +183,109 @@ def unused_port() -> int:
     pytest.fail("no free port below the ephemeral range")
 
 
-def kill_group(process: subprocess.Popen) -> None:
-    """Kill a process started with `start_new_session` and everything it started."""
-    if process.poll() is None:
-        with suppress(ProcessLookupError):  # exited meanwhile
-            os.killpg(process.pid, signal.SIGKILL)
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (any of its threads), from /proc."""
+    found: list[int] = []
+    for listing in Path(f"/proc/{pid}/task").glob("*/children"):
+        with suppress(OSError):
+            found += [int(child) for child in listing.read_text().split()]
+    return found
+
+
+def kill_tree(process: subprocess.Popen | int) -> None:
+    """SIGKILL a process and every process below it, and return once they are all gone.
+
+    Killing the launcher's process group is not enough: torch's elastic agent starts
+    each rank in a session of its own, so ranks outlive a killed launcher and go on
+    training with each other. Each process is stopped before its children are listed,
+    so none can start another unseen; then all are killed and waited for.
+    """
+    if isinstance(process, subprocess.Popen):
+        if process.poll() is not None:  # exited and reaped: its pid may be another's now
+            return
+        root = process.pid
+    else:
+        root = process
+    stopped: list[int] = []
+    pending = [root]
+    while pending:
+        pid = pending.pop()
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            continue
+        stopped.append(pid)
+        pending += child_pids(pid)
+    handles = []
+    for pid in stopped:
+        with suppress(ProcessLookupError):
+            handles.append(os.pidfd_open(pid))
+            os.kill(pid, signal.SIGKILL)
+    for handle in handles:
+        exited = select.poll()
+        exited.register(handle, select.POLLIN)
+        exited.poll()  # a process's pidfd turns readable once it has exited
+        os.close(handle)
+    # Every process of the tree has exited, its children passed on to this one (the
+    # subreaper): collect the killed ones, and no other child some Popen may wait for.
+    for pid in stopped:
+        if pid != root or not isinstance(process, subprocess.Popen):
+            with suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+    if isinstance(process, subprocess.Popen):
+        process.wait()
+
+
+def reap_orphans() -> None:
+    """Collect the exit status of this process's children that have exited (the ranks
+    of a launcher that ended without them end up here: see the fixture below)."""
+    for pid in child_pids(os.getpid()):
+        if process_state(pid) == "Z":
+            with suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+
+
+def process_state(pid: int) -> str:
+    """The state letter /proc gives a process (R, S, D, Z...; X when it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "X"
+    return stat.rpartition(")")[2].split()[0]
+
+
+# A test's processes that its own process tree loses (the ranks of a launcher killed
+# without them) become children of the pytest process, not of init, so that the
+# fixture below finds them.
+PR_SET_CHILD_SUBREAPER = 36
+ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+@pytest.fixture(autouse=True)
+def no_process_outlives_its_test():
+    """Fail a test that leaves a process running, and kill what it left.
+
+    A leftover rank of one test trains on in the background and slows every test
+    after it; on a loaded machine that is how timeouts turn into random failures.
+    """
+    before = set(child_pids(os.getpid()))
+    yield
+    reap_orphans()
+    new = [pid for pid in child_pids(os.getpid()) if pid not in before]
+    left = [pid for pid in new if process_state(pid) != "Z"]
+    if left:
+        commands = [_command(pid) for pid in left]
+        for pid in left:
+            kill_tree(pid)
+        pytest.fail("processes outlived the test:\n" + "\n".join(commands))
+
+
+def _command(pid: int) -> str:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return f"{pid} (gone)"
+    return f"{pid}: " + " ".join(a.decode(errors="replace") for a in argv)[:300]
 
 
 # Float32 round-off between two orders of summing the same gradients, compounded over

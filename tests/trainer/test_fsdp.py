@@ -28,7 +28,7 @@ from tests.trainer.conftest import (
     RUN_LIMIT,
     assert_params_close,
     inspect,
-    kill_group,
+    kill_tree,
     launch,
     launch_command,
     running,
@@ -209,7 +209,7 @@ def test_hsdp_across_two_nodes_trains_as_fsdp_on_one(fsdp_baseline, tmp_path):
         outputs = [node.communicate(timeout=RUN_LIMIT) for node in nodes]
     finally:
         for node in nodes:
-            kill_group(node)
+            kill_tree(node)
     assert [node.returncode for node in nodes] == [0, 0], outputs[0][1][-3000:]
     start = next(line for line in outputs[0][0].splitlines() if '"event": "start"' in line)
     assert '"mesh": [2, 2]' in start and '"world_size": 4' in start

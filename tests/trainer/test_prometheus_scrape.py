@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from tests.support import REPO
-from tests.trainer.conftest import RUN_LIMIT, kill_group, trainer_env, unused_port, wait_for
+from tests.trainer.conftest import RUN_LIMIT, kill_tree, trainer_env, unused_port, wait_for
 from trainops.profile.model import load_profile
 from trainops.profile.observability import prometheus_rule
 
@@ -106,7 +106,7 @@ def _node(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    stack.callback(kill_group, process)
+    stack.callback(kill_tree, process)
     return process
 
 
@@ -138,7 +138,7 @@ def test_prometheus_scrapes_both_nodes_and_sees_the_straggler(tmp_path: Path):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        stack.callback(kill_group, prometheus)
+        stack.callback(kill_tree, prometheus)
 
         def logs() -> str:
             return "\n".join(

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from tests.support import MIRROR, REPO
-from tests.trainer.conftest import RUN_LIMIT, kill_group, trainer_env, unused_port
+from tests.trainer.conftest import RUN_LIMIT, kill_tree, trainer_env, unused_port
 from trainops.model import Target
 from trainops.render.engine import Renderer, RenderOptions
 
@@ -67,7 +67,7 @@ def test_two_nodes_train_with_the_torch_plugins_variables_alone(tmp_path: Path):
         outputs = [process.communicate(timeout=RUN_LIMIT) for process in processes]
     finally:
         for process in processes:
-            kill_group(process)
+            kill_tree(process)
     assert [p.returncode for p in processes] == [0, 0], (
         outputs[0][1][-2000:] + outputs[1][1][-2000:]
     )

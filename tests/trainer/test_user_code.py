@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.conftest import RUN_LIMIT, kill_group, running, trainer_env, wait_for
+from tests.trainer.conftest import RUN_LIMIT, kill_tree, running, trainer_env, wait_for
 from tests.workspace import make_workspace
 from trainer.errors import ExitCode
 from trainer.launch import wait_for_workers
@@ -184,7 +184,7 @@ def run_pod_command(command: list[str], cwd: Path, env: dict) -> subprocess.Comp
     try:
         stdout, stderr = process.communicate(timeout=RUN_LIMIT)
     except subprocess.TimeoutExpired:
-        kill_group(process)
+        kill_tree(process)
         stdout, stderr = process.communicate()
         pytest.fail(f"did not finish within {RUN_LIMIT}s:\n{stderr[-3000:]}")
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
