@@ -77,7 +77,13 @@ def mounts_claims(pod: PodTemplate) -> bool:
 
 def requests_rdma(pod: PodTemplate) -> bool:
     """Pods with a container that requests an RDMA or SR-IOV device (`rdma_resources`)."""
-    return pod.memo("rdma", lambda: any(rdma_resources(c) for c in pod.containers))
+    return pod.memo(
+        "rdma",
+        lambda: any(
+            RDMA_RESOURCE.search(name) and not name.startswith("nvidia.com/gpu")
+            for name in pod.resource_names
+        ),
+    )
 
 
 def attaches_networks(pod: PodTemplate) -> bool:
@@ -176,9 +182,12 @@ def is_mpi_launcher(pod: PodTemplate) -> bool:
 def trains(pod: PodTemplate) -> bool:
     """Pods that run a training job's ranks: a training kind's, or any pod whose command
     starts a distributed launcher (torchrun, mpirun, deepspeed, accelerate...)."""
-    return pod.training or pod.memo(
-        "launches",
-        lambda: any(commandline.runs(c, commandline.LAUNCHERS) for c in pod.containers),
+    return pod.training or (
+        has_command(pod)
+        and pod.memo(
+            "launches",
+            lambda: any(commandline.runs(c, commandline.LAUNCHERS) for c in pod.containers),
+        )
     )
 
 

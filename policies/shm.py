@@ -26,8 +26,12 @@ def shares_memory(pod: PodTemplate) -> bool:
     of a container, or DataLoader worker processes."""
     return pod.memo(
         "shares-memory",
-        lambda: any(
-            gpu_count(c) >= 2 or commandline.dataloader_workers(c) > 0 for c in pod.containers
+        lambda: (
+            (pod.gpus >= 2 and any(gpu_count(c) >= 2 for c in pod.containers))
+            or (
+                common.has_command(pod)
+                and any(commandline.dataloader_workers(c) > 0 for c in pod.containers)
+            )
         ),
     )
 

@@ -114,7 +114,21 @@ class PodTemplate:
 
     @computed_once
     def gpus(self) -> int:
+        if self.resource_names.isdisjoint(GPU_RESOURCES):
+            return 0
         return sum(gpu_count(c) for c in self.containers)
+
+    @computed_once
+    def resource_names(self) -> frozenset[str]:
+        """Every resource any container requests or limits."""
+        names: set[str] = set()
+        for container in self.containers:
+            stated = container.get("resources")
+            if isinstance(stated, dict):
+                for section in (stated.get("limits"), stated.get("requests")):
+                    if isinstance(section, dict):
+                        names.update(section)
+        return frozenset(names)
 
     @property
     def uses_gpus(self) -> bool:
