@@ -37,6 +37,8 @@ CHECKPOINT_FLAGS = (
 
 def env_names(pod: PodTemplate) -> frozenset[str]:
     """Names of the variables any container of the pod sets (literal or valueFrom)."""
+    if "env" not in pod.container_fields:
+        return frozenset()
     return pod.memo(
         "env-names", lambda: frozenset(name for c in pod.containers for name in env_of(c))
     )
@@ -44,12 +46,14 @@ def env_names(pod: PodTemplate) -> frozenset[str]:
 
 def has_env(pod: PodTemplate) -> bool:
     """Pods with an env list in some container (rules that read variables)."""
-    return pod.memo("has-env", lambda: any(c.get("env") for c in pod.containers))
+    return "env" in pod.container_fields and pod.memo(
+        "has-env", lambda: any(c.get("env") for c in pod.containers)
+    )
 
 
 def has_command(pod: PodTemplate) -> bool:
     """Pods with a command or args in some container (rules that read command lines)."""
-    return pod.memo(
+    return not pod.container_fields.isdisjoint(("command", "args")) and pod.memo(
         "has-command", lambda: any(c.get("command") or c.get("args") for c in pod.containers)
     )
 
@@ -61,12 +65,14 @@ def has_command_or_env(pod: PodTemplate) -> bool:
 
 def mounts_volumes(pod: PodTemplate) -> bool:
     """Pods with a volume mount in some container (checkpoint and /dev/shm volumes)."""
-    return pod.memo("mounts", lambda: any(c.get("volumeMounts") for c in pod.containers))
+    return "volumeMounts" in pod.container_fields and pod.memo(
+        "mounts", lambda: any(c.get("volumeMounts") for c in pod.containers)
+    )
 
 
 def mounts_claims(pod: PodTemplate) -> bool:
     """Pods with a PersistentVolumeClaim volume."""
-    return pod.memo(
+    return bool(pod.spec.get("volumes")) and pod.memo(
         "claims",
         lambda: any(
             isinstance(mapping(v).get("persistentVolumeClaim"), dict)

@@ -249,18 +249,21 @@ def _image_name(container: dict) -> str:
     return name.split(":", 1)[0]
 
 
-def _deployment_images(doc: Document) -> list[str]:
-    """Image names (no registry, tag or digest) of a Deployment's containers."""
-    template = mapping(mapping(doc.obj.get("spec")).get("template"))
-    return [_image_name(c) for c in dicts(mapping(template.get("spec")).get("containers"))]
-
-
 def _mpijob_owner(doc: Document) -> bool:
     """A Training Operator Deployment or the mpijobs CRD: what `mpijob-crd-owners` reports on
     (so that a render without them is never scanned for operators)."""
     if doc.kind == "CustomResourceDefinition":
         return doc.name == "mpijobs.kubeflow.org"
-    return "training-operator" in _deployment_images(doc)
+    spec = doc.obj.get("spec")
+    template = spec.get("template") if isinstance(spec, dict) else None
+    pod = template.get("spec") if isinstance(template, dict) else None
+    containers = pod.get("containers") if isinstance(pod, dict) else None
+    return isinstance(containers, list) and any(
+        isinstance(c, dict)
+        and "training-operator" in str(c.get("image"))
+        and _image_name(c) == "training-operator"
+        for c in containers
+    )
 
 
 def _operators(ctx: Context) -> tuple[list[Document], list[Document]]:

@@ -15,6 +15,8 @@ from . import common
 
 def _nccl_env(pod: PodTemplate) -> list[tuple[int, dict, str, str | None, tuple]]:
     """(container index, container, name, literal value, path) of every NCCL_* variable."""
+    if "env" not in pod.container_fields:
+        return []
     return pod.memo("nccl-env", lambda: list(_find_nccl_env(pod)))
 
 

@@ -15,7 +15,14 @@ from collections.abc import Iterator
 from trainops import multus
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy.engine import Context, Violation, pod_rule, render_rule, resource_rule
-from trainops.policy.pods import GPU_RESOURCES, PodTemplate, dicts, mapping, resources
+from trainops.policy.pods import (
+    CONTAINER_LISTS,
+    GPU_RESOURCES,
+    PodTemplate,
+    dicts,
+    mapping,
+    resources,
+)
 
 from . import common
 
@@ -48,12 +55,11 @@ INJECTED_IMAGES = {
 }
 
 
-def _injected(container: dict) -> Iterator[tuple[str, str, str]]:
-    """(flag, image, into) of each image the operator in `container` injects unpinned."""
-    repository = _tag(str(container.get("image", "")))[0].removeprefix("docker.io/")
-    injects = INJECTED_IMAGES.get(repository)
-    if injects is None:
-        return
+def _injected(
+    injects: tuple[tuple[str, str, str], ...], container: dict
+) -> Iterator[tuple[str, str, str]]:
+    """(flag, image, into) of each image the operator in `container` injects unpinned
+    (`injects`: its entry in INJECTED_IMAGES)."""
     args = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
     for flag, default, into in injects:
         given = next((a.split("=", 1)[1] for a in args if a.startswith(flag + "=")), default)
@@ -80,19 +86,21 @@ def image_pinned(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
             image = container.get("image")
             if not isinstance(image, str) or not image:
                 continue
-            _, tag = _tag(image)
+            repository, tag = _tag(image)
             at = (*pod.path, key, index, "image")
             if not tag:
                 yield Violation(f"image {image} has no tag (means latest)", at)
             elif tag in FLOATING_TAGS or tag.startswith(("snapshot", "latest")):
                 yield Violation(f"image {image} uses the moving tag {tag!r}", at)
-    for index, container in enumerate(pod.containers):
-        for flag, image, into in _injected(container):
-            yield Violation(
-                f"the operator injects {image} into {into} (unpinned, from Docker Hub): "
-                f"pin it with {flag}=<image>:<release tag or digest>",
-                (*pod.container_path(index), "args"),
-            )
+            injects = INJECTED_IMAGES.get(repository.removeprefix("docker.io/"))
+            if key != "containers" or injects is None:
+                continue
+            for flag, injected, into in _injected(injects, container):
+                yield Violation(
+                    f"the operator injects {injected} into {into} (unpinned, from Docker Hub): "
+                    f"pin it with {flag}=<image>:<release tag or digest>",
+                    (*pod.path, key, index, "args"),
+                )
 
 
 @render_rule(
@@ -154,6 +162,8 @@ pod_rule(
     security=True,
 )
 def privileged(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    if "securityContext" not in pod.container_fields:
+        return
     for key, index, container in _all_containers(pod):
         if mapping(container.get("securityContext")).get("privileged") is True:
             yield Violation(
@@ -251,7 +261,6 @@ def appproject_wildcards(doc: Document, ctx: Context) -> Iterator[Violation]:
             )
 
 
-CONTAINER_KEYS = ("initContainers", "containers", "ephemeralContainers")
 # hostPath directories training pods may mount: shared memory, RDMA and hugepage devices.
 DEVICE_HOST_PATHS = ("/dev/shm", "/dev/infiniband", "/dev/hugepages")
 # Never a checkpoint directory: the node's system, kubelet and runtime state.
@@ -273,7 +282,7 @@ def _all_containers(pod: PodTemplate) -> list[tuple[str, int, dict]]:
 
     def collect() -> list[tuple[str, int, dict]]:
         found = []
-        for key in CONTAINER_KEYS:
+        for key in CONTAINER_LISTS:
             items = pod.spec.get(key)
             for index, container in enumerate(items if isinstance(items, list) else []):
                 if isinstance(container, dict):
@@ -344,6 +353,8 @@ def host_path(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     security=True,
 )
 def capabilities(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    if "securityContext" not in pod.container_fields:
+        return
     rdma = None
     for key, index, container in _all_containers(pod):
         added = mapping(mapping(container.get("securityContext")).get("capabilities")).get("add")
@@ -372,6 +383,8 @@ def capabilities(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     security=True,
 )
 def host_ports(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    if "ports" not in pod.container_fields:
+        return
     for key, index, container in _all_containers(pod):
         for position, port in enumerate(dicts(container.get("ports"))):
             if port.get("hostPort") not in (None, 0):
@@ -429,6 +442,8 @@ def _privileged_reason(pod: PodTemplate) -> str | None:
             return f"{field}: true"
     if any(mapping(v).get("hostPath") is not None for v in dicts(pod.spec.get("volumes"))):
         return "a hostPath volume"
+    if "securityContext" not in pod.container_fields:
+        return None
     for _, _, container in _all_containers(pod):
         security = mapping(container.get("securityContext"))
         if security.get("privileged") is True:

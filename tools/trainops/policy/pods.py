@@ -34,6 +34,7 @@ TEMPLATE_KINDS = {
     "ReplicationController",
     "Job",
 }
+CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 # A path step in PodTemplate.sources: the list item before it was merged into by a patch.
 MERGED_ITEM = "<merged item>"
 # Kinds whose documents hold pod templates (Job covers Volcano's batch.volcano.sh Job too).
@@ -117,6 +118,19 @@ class PodTemplate:
         if self.resource_names.isdisjoint(GPU_RESOURCES):
             return 0
         return sum(gpu_count(c) for c in self.containers)
+
+    @computed_once
+    def container_fields(self) -> frozenset[Any]:
+        """Every field any container sets, init and ephemeral ones included: rules ask it
+        before they look inside each container for a field that is rarely there."""
+        fields: set[Any] = set()
+        for key in CONTAINER_LISTS:
+            items = self.spec.get(key)
+            if isinstance(items, list):
+                for container in items:
+                    if isinstance(container, dict):
+                        fields.update(container)
+        return frozenset(fields)
 
     @computed_once
     def resource_names(self) -> frozenset[str]:
