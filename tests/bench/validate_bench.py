@@ -44,14 +44,25 @@ def build_workspace(copies: int) -> Path:
 
 
 def point_remotes_at_mirror(work: Path) -> None:
-    """Replace the operators' remote bases with their copies in the mirror."""
+    """Replace the Training Operator's and Multus's remote bases with local copies of
+    the mirror's, so that the peer (plain kustomize, no network) renders them too.
+
+    The copies lie outside the mirror: trainops reads the mirror only for remote URLs
+    and leaves its files out of a local build. The peer still cannot fetch the other
+    remotes (MPI Operator, Trainer v2, JobSet, network operators) and fails on those
+    kustomizations at once, which makes it look faster than it is.
+    """
     operators = work / "base" / "operators"
+    shutil.copytree(
+        operators / "mirror" / "kubeflow-training-operator-v1.9.0",
+        operators / "offline" / "kubeflow-training-operator-v1.9.0",
+    )
     (operators / "training-operator" / "kustomization.yaml").write_text(
         (operators / "training-operator" / "kustomization.yaml")
         .read_text()
         .replace(
             "https://github.com/kubeflow/training-operator.git//manifests/overlays/standalone?ref=v1.9.0",
-            "../mirror/kubeflow-training-operator-v1.9.0/manifests/overlays/standalone",
+            "../offline/kubeflow-training-operator-v1.9.0/manifests/overlays/standalone",
         )
     )
     thick = (
