@@ -16,6 +16,7 @@ import tempfile
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from trainops.cache import Cache, FileHasher, code_fingerprint, digest
@@ -81,7 +82,13 @@ class Renderer:
         stdin_text = None
         if any(t.kind == "stdin" for t in targets):
             stdin_text = decode(sys.stdin.buffer.read(), "stdin")
-        return run_parallel(lambda t: self._plan_one(t, stdin_text), targets, self.jobs)
+        plan = partial(self._plan_one, stdin_text=stdin_text)
+        # Planning a kustomization is Python work on paths and small files under the GIL:
+        # threads made it slower (473 unchanged targets: 2.9 s on two, 1.7 s on one). A
+        # chart is rendered while planning, by a helm process: those run side by side.
+        if any(t.kind == "helm" for t in targets):
+            return run_parallel(plan, targets, self.jobs)
+        return [plan(target) for target in targets]
 
     def _plan_one(self, target: Target, stdin_text: str | None) -> Plan:
         if target.kind == "kustomization":

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,16 +188,19 @@ class _Walk:
         key: str | None = None,
     ) -> Path:
         """`entry` resolved against `directory`: it must exist and stay inside."""
-        where = (str(kfile), _line(text, (field_name, index), key))
-        target = _resolve(directory / entry, *where)
+
+        def where() -> tuple[str, int | None]:  # located only for an error: it parses `text`
+            return str(kfile), _line(text, (field_name, index), key)
+
+        target = _resolve(directory / entry, where)
         if not self.allowed(target):
             raise InputError(
                 f"{field_name} entry '{entry}' resolves to {target}, outside the repository "
                 f"({self.boundary})",
-                *where,
+                *where(),
             )
         if not target.exists():
-            raise InputError(f"{field_name} entry '{entry}' does not exist", *where)
+            raise InputError(f"{field_name} entry '{entry}' does not exist", *where())
         return target
 
     def tree(self, directory: Path, kfile: Path) -> None:
@@ -247,17 +251,18 @@ class _Walk:
 
 def collect_inputs(directory: Path, mirror: Path | None) -> InputGraph:
     """The files, links and remote resources a build of `directory` can read."""
-    root = _resolve(directory, str(directory), None)
+    root = _resolve(directory, lambda: (str(directory), None))
     graph = InputGraph(root=root)
     _Walk(graph, mirror, repository_root(root)).kustomization(root)
     return graph
 
 
-def _resolve(path: Path, file: str, line: int | None) -> Path:
+def _resolve(path: Path, where: Callable[[], tuple[str, int | None]]) -> Path:
+    """`path` resolved; an error names the (file, line) `where` gives."""
     try:
         return path.resolve()
     except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
-        raise InputError(f"cannot resolve {path}: {exc}", file, line) from None
+        raise InputError(f"cannot resolve {path}: {exc}", *where()) from None
 
 
 def _line(text: str, path: tuple[str | int, ...], key: str | None = None) -> int | None:
