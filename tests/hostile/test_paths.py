@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.hostile.harness import CONFIGMAP, assert_handled, assert_refused, run_cli, write
+from trainops.errors import InputError
 from trainops.render.inputs import collect_inputs
 
 SECRET = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: stolen\nstringData:\n  k: hunter2\n"
@@ -218,3 +219,24 @@ def test_no_path_followed_leaves_the_repository_or_the_mirror(repo: Path):
     graph = collect_inputs(repo / "o", repo / "mirror")
     for path in graph.files:
         assert path.resolve().is_relative_to(repo), path
+
+
+def test_entry_lines_are_located_only_for_an_error(repo: Path, monkeypatch):
+    """Locating an entry parses the kustomization's YAML again: done for every entry, it
+    was most of the time an unchanged repository took to validate."""
+    import trainops.render.inputs as inputs
+
+    located = []
+    real = inputs.locate
+    monkeypatch.setattr(inputs, "locate", lambda *a, **k: located.append(a) or real(*a, **k))
+    entries = "".join(f"- cm{i}.yaml\n" for i in range(20))
+    for i in range(20):
+        write(repo / "o" / f"cm{i}.yaml", CONFIGMAP.format(name=f"c{i}"))
+    _kustomization(repo, "resources:\n" + entries)
+    collect_inputs(repo / "o", None)
+    assert located == []
+    _kustomization(repo, "resources:\n" + entries + "- missing.yaml\n")
+    with pytest.raises(InputError) as error:
+        collect_inputs(repo / "o", None)
+    assert error.value.line == 22 and "missing.yaml" in error.value.message
+    assert len(located) == 1
