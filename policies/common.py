@@ -85,10 +85,7 @@ def requests_rdma(pod: PodTemplate) -> bool:
     """Pods with a container that requests an RDMA or SR-IOV device (`rdma_resources`)."""
     return pod.memo(
         "rdma",
-        lambda: any(
-            RDMA_RESOURCE.search(name) and not name.startswith("nvidia.com/gpu")
-            for name in pod.resource_names
-        ),
+        lambda: any(is_rdma_resource(name) for name in pod.resource_names),
     )
 
 
@@ -359,11 +356,14 @@ def attached_nads(pod: PodTemplate, ctx: Context) -> list[tuple[multus.Attachmen
     return out
 
 
+def is_rdma_resource(name: str) -> bool:
+    """An RDMA or SR-IOV device resource (a GPU is neither)."""
+    return bool(RDMA_RESOURCE.search(name)) and not name.startswith("nvidia.com/gpu")
+
+
 def rdma_resources(container: dict[str, Any]) -> list[str]:
     names = set(resources(container, "limits")) | set(resources(container, "requests"))
-    return sorted(
-        n for n in names if RDMA_RESOURCE.search(n) and not n.startswith("nvidia.com/gpu")
-    )
+    return sorted(n for n in names if is_rdma_resource(n))
 
 
 def nad_is_rdma(nad: Any) -> bool:
