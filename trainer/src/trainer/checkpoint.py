@@ -43,6 +43,7 @@ import warnings
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -482,6 +483,20 @@ class Checkpointer:
         """Block until the save in flight (if any) is complete."""
         if self._inflight:
             self._collect()
+
+    def settle(self, timeout: float) -> int | None:
+        """Let the save in flight finish or fail, for at most `timeout` seconds.
+
+        For a rank that leaves without saving: what it then finds published is what a
+        resume gets. Returns the step of a save still in flight after `timeout`.
+        """
+        if self._inflight is None:
+            return None
+        done, _ = futures_wait([self._inflight.future], timeout=timeout)
+        if not done:
+            return self._inflight.step
+        self._collect()
+        return None
 
     def _collect(self) -> None:
         record, self._inflight = self._inflight, None

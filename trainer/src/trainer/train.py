@@ -693,6 +693,9 @@ class Trainer:
         _hard_exit(code)
 
     def _rely_on_last_checkpoint(self, code: ExitCode, reason: str, why: str) -> None:
+        # A periodic save may still be in flight: it publishes, or fails for want of
+        # the lost peer, before the log names what a resume will find.
+        unsettled = self.ckpt.settle(SETTLE_SECONDS)
         newest = newest_checkpoint(self.config.checkpoint.directory)
         if newest is None:
             fallback = "there is no checkpoint yet: a resume starts at step 0"
@@ -701,6 +704,10 @@ class Trainer:
             fallback = (
                 f"relying on step-{saved_step}, the last periodic checkpoint, saved "
                 f"{max(0.0, time.time() - created):.1f}s ago"
+            )
+        if unsettled is not None:
+            fallback += (
+                f" (the save of step {unsettled} was still in flight after {SETTLE_SECONDS:.0f}s)"
             )
         log.error(
             "%s at step %d: no collective save (%s); %s; exiting with %d",
@@ -711,6 +718,10 @@ class Trainer:
             code,
         )
 
+
+# How long a rank leaving without a save waits for the periodic save in flight to
+# publish or fail: well inside torchrun's 30 s between SIGTERM and SIGKILL.
+SETTLE_SECONDS = 10.0
 
 # How long a SIGTERM under FSDP2 waits for the ranks to end a step together and save it
 # before concluding that a peer is gone or stuck: inside the templates' 240 s of
