@@ -16,7 +16,6 @@ from trainops import multus
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy.engine import Context, Violation, pod_rule, render_rule, resource_rule
 from trainops.policy.pods import (
-    CONTAINER_LISTS,
     GPU_RESOURCES,
     PodTemplate,
     dicts,
@@ -164,7 +163,7 @@ pod_rule(
 def privileged(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if "securityContext" not in pod.container_fields:
         return
-    for key, index, container in _all_containers(pod):
+    for key, index, container in pod.all_containers:
         if mapping(container.get("securityContext")).get("privileged") is True:
             yield Violation(
                 f"container {container.get('name')} is privileged",
@@ -276,22 +275,6 @@ PLATFORM_RUNTIMES = ("ClusterTrainingRuntime", "TrainingRuntime")
 RDMA_CAPABILITY = "IPC_LOCK"
 
 
-def _all_containers(pod: PodTemplate) -> list[tuple[str, int, dict]]:
-    """(key, index, container) of every container, init and ephemeral ones included
-    (read by several security rules per pod: computed once)."""
-
-    def collect() -> list[tuple[str, int, dict]]:
-        found = []
-        for key in CONTAINER_LISTS:
-            items = pod.spec.get(key)
-            for index, container in enumerate(items if isinstance(items, list) else []):
-                if isinstance(container, dict):
-                    found.append((key, index, container))
-        return found
-
-    return pod.memo("all-containers", collect)
-
-
 def _below(path: str, prefixes: tuple[str, ...]) -> bool:
     return any(path == p or path.startswith(p.rstrip("/") + "/") for p in prefixes)
 
@@ -356,7 +339,7 @@ def capabilities(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if "securityContext" not in pod.container_fields:
         return
     rdma = None
-    for key, index, container in _all_containers(pod):
+    for key, index, container in pod.all_containers:
         added = mapping(mapping(container.get("securityContext")).get("capabilities")).get("add")
         for position, raw in enumerate(added if isinstance(added, list) else []):
             name = str(raw).upper().removeprefix("CAP_")
@@ -385,7 +368,7 @@ def capabilities(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 def host_ports(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if "ports" not in pod.container_fields:
         return
-    for key, index, container in _all_containers(pod):
+    for key, index, container in pod.all_containers:
         for position, port in enumerate(dicts(container.get("ports"))):
             if port.get("hostPort") not in (None, 0):
                 yield Violation(
@@ -444,7 +427,7 @@ def _privileged_reason(pod: PodTemplate) -> str | None:
         return "a hostPath volume"
     if "securityContext" not in pod.container_fields:
         return None
-    for _, _, container in _all_containers(pod):
+    for _, _, container in pod.all_containers:
         security = mapping(container.get("securityContext"))
         if security.get("privileged") is True:
             return f"container {container.get('name')} is privileged"
@@ -473,7 +456,7 @@ def privileged_image_digest(pod: PodTemplate, ctx: Context) -> Iterator[Violatio
     reason = _privileged_reason(pod)
     if reason is None:
         return
-    for key, index, container in _all_containers(pod):
+    for key, index, container in pod.all_containers:
         image = container.get("image")
         if isinstance(image, str) and "@sha256:" not in image:
             yield Violation(

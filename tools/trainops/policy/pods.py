@@ -120,16 +120,25 @@ class PodTemplate:
         return sum(gpu_count(c) for c in self.containers)
 
     @computed_once
+    def all_containers(self) -> tuple[tuple[str, int, dict[str, Any]], ...]:
+        """(list key, index, container) of every container, init and ephemeral ones
+        included."""
+        found = []
+        for key in CONTAINER_LISTS:
+            items = self.spec.get(key)
+            if isinstance(items, list):
+                for index, container in enumerate(items):
+                    if isinstance(container, dict):
+                        found.append((key, index, container))
+        return tuple(found)
+
+    @computed_once
     def container_fields(self) -> frozenset[Any]:
         """Every field any container sets, init and ephemeral ones included: rules ask it
         before they look inside each container for a field that is rarely there."""
         fields: set[Any] = set()
-        for key in CONTAINER_LISTS:
-            items = self.spec.get(key)
-            if isinstance(items, list):
-                for container in items:
-                    if isinstance(container, dict):
-                        fields.update(container)
+        for _, _, container in self.all_containers:
+            fields.update(container)
         return frozenset(fields)
 
     @computed_once
