@@ -57,7 +57,7 @@ from trainer.failures import (
 )
 from trainer.retries import BudgetError, RetryBudget, budget_for
 from trainer.supervise import FORWARDED, starts_its_own_workers, supervise
-from trainer.workerlogs import WorkerStderr
+from trainer.workerlogs import LineTail, WorkerStderr
 
 WAIT_FOR_ENV = "TRAINER_WAIT_FOR_FILE"  # written last by the run's data preparation
 LOGS_SPECS = "trainer-launch"  # the name of trainer.workerlogs.WorkerStderr for torchrun
@@ -179,11 +179,11 @@ def wait_for_file(path: Path, interval: float = 2.0) -> int | None:
     """
     previous = {sig: signal.signal(sig, _raise_stopped) for sig in FORWARDED}
     try:
-        announced = 0.0
+        next_announcement = time.monotonic()  # at once, then every 5 minutes
         while not path.exists():
-            if time.monotonic() - announced >= 300:
+            if time.monotonic() >= next_announcement:
                 _say(f"waiting for {path} (written when the run's data preparation is done)")
-                announced = time.monotonic()
+                next_announcement = time.monotonic() + 300
             time.sleep(interval)
     except _Stopped as stopped:
         _say(f"stopped by signal {stopped.signum} while waiting for {path}")
@@ -303,18 +303,22 @@ def run_workers(args: Namespace, patterns: Sequence[Pattern]) -> Ending | None:
         finally:
             stopping.install()
             wait_for_workers(time.monotonic() + grace)
+        # torchrun's process context keeps the write end of a worker's stderr open
+        # until the context is freed (it closes only the streams of workers it had to
+        # stop): while an exception's traceback held the context, the stream of the
+        # first worker to fail never ended. Collected in case of a cycle.
+        gc.collect()
+        tails = _drain_worker_stderr()
         if failures is not None:
-            # torchrun's process context keeps the write end of a worker's stderr open
-            # until the context is freed (it closes only the streams of workers it had
-            # to stop): while the exception's traceback held the context, the stream of
-            # the first worker to fail never ended. Collected in case of a cycle.
-            gc.collect()
-            ending = _failed_workers(failures, oom_before, patterns)
+            ending = _failed_workers(failures, tails, oom_before, patterns)
         _report_hangs(report_dir)
     return ending
 
 
-def _failed_workers(failures, oom_before: int | None, patterns: Sequence[Pattern]) -> Ending:
+def _drain_worker_stderr() -> dict[int, LineTail]:
+    """Until every worker's stderr has ended, bounded: on every way out (success, a
+    failure, a signal to the launcher), a worker's last lines are passed on before the
+    launcher says anything more or exits; the tails by local rank."""
     logs = WorkerStderr.active
     tails = logs.tails if logs is not None else {}
     deadline = time.monotonic() + _TAIL_WAIT
@@ -325,6 +329,12 @@ def _failed_workers(failures, oom_before: int | None, patterns: Sequence[Pattern
                 f"  local rank {local_rank}: its stderr is still open {_TAIL_WAIT:.0f}s after "
                 "the workers ended (a process it started holds it): its last lines may be missing"
             )
+    return tails
+
+
+def _failed_workers(
+    failures, tails: dict[int, LineTail], oom_before: int | None, patterns: Sequence[Pattern]
+) -> Ending:
     oom_after = oom_kills()
     oom = oom_before is not None and oom_after is not None and oom_after > oom_before
     endings = []
