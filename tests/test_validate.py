@@ -9,14 +9,22 @@ from __future__ import annotations
 import json
 import os
 import stat
+import weakref
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from tests.support import PYTORCHJOB, write
+from trainops.cache import Cache
 from trainops.model import Document, Target
-from trainops.pipeline import FILE_UNIT_BYTES, PARALLEL_MIN_UNITS, ValidateOptions, Validation
+from trainops.pipeline import (
+    FILE_UNIT_BYTES,
+    PARALLEL_MIN_UNITS,
+    RENDER_AHEAD,
+    ValidateOptions,
+    Validation,
+)
 from trainops.render.engine import Renderer, RenderOptions
 
 CONFIGMAP = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  k: v\n"
@@ -248,6 +256,52 @@ def test_worker_processes_find_what_one_process_finds(trainops, tmp_path: Path):
     assert json.loads(one.out)["findings"] == [
         finding for finding in found["findings"] if finding["target"] in ends
     ]
+
+
+def test_without_a_cache_no_entry_is_encoded(tmp_path: Path, monkeypatch):
+    # --no-cache used to encode every render and every report for a cache that keeps
+    # nothing: a tenth of a 10,000-resource run.
+    kustomization = tmp_path / "app"
+    write(kustomization / "configmap.yaml", CONFIGMAP.format(name="one"))
+    write(kustomization / "kustomization.yaml", "resources: [configmap.yaml]\n")
+    plain = write(tmp_path / "plain.yaml", CONFIGMAP.format(name="two"))
+    offered = []
+    monkeypatch.setattr(Cache, "put", lambda self, *entry: offered.append(entry))
+    validation = Validation(Renderer(RenderOptions()), ValidateOptions("1.35", ("default",)))
+    report = validation.run(
+        [Target("kustomization", str(kustomization)), Target("file", str(plain))]
+    )
+    assert [len(target.resources) for target in report.targets] == [1, 1]
+    assert offered == []
+
+
+def test_each_render_is_let_go_once_checked(tmp_path: Path, monkeypatch):
+    # All renders used to stay alive until the last target was checked: 810 MiB at
+    # 100,000 resources, and every full collection scanned them again.
+    targets = [
+        Target("file", str(write(tmp_path / f"f{i}.yaml", CONFIGMAP.format(name=f"c{i}"))))
+        for i in range(12)
+    ]
+    renders: list[weakref.ref] = []
+    alive_at_each_check: list[int] = []
+    render, check = Renderer.render_plan, Validation.check
+
+    def tracked_render(self, plan):
+        result = render(self, plan)
+        renders.append(weakref.ref(result))
+        return result
+
+    def counted_check(self, result, *rest):
+        alive_at_each_check.append(sum(ref() is not None for ref in renders))
+        return check(self, result, *rest)
+
+    monkeypatch.setattr(Renderer, "render_plan", tracked_render)
+    monkeypatch.setattr(Validation, "check", counted_check)
+    validation = Validation(Renderer(RenderOptions(jobs=2)), ValidateOptions("1.35", ("default",)))
+    report = validation.run(targets)
+    assert [target.target for target in report.targets] == targets
+    assert len(alive_at_each_check) == len(targets)
+    assert max(alive_at_each_check) <= RENDER_AHEAD * 2 + 1
 
 
 def test_a_documents_identity_is_read_once_and_kept():

@@ -9,7 +9,6 @@ installing it (with its dependencies, without pip itself) adds to a fresh venv.
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import time
 import venv
 from pathlib import Path
 
+from tests.bench import user_env
 from tests.support import copy_sources
 
 VENV_BIN = Path(sys.executable).parent
@@ -31,7 +31,7 @@ def run() -> dict:
 
 
 def startup() -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = user_env()
     with tempfile.TemporaryDirectory() as tmp:
         small = Path(tmp) / "small.yaml"
         small.write_text(CONFIGMAP)

@@ -40,6 +40,11 @@ class Cache:
     def __init__(self, root: Path | None):
         self.root = root
 
+    @property
+    def enabled(self) -> bool:
+        """Whether entries are kept: callers skip encoding an entry nobody will store."""
+        return self.root is not None
+
     def _path(self, namespace: str, key: str) -> Path:
         assert self.root is not None
         return self.root / __version__ / namespace / key[:2] / key

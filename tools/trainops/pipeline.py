@@ -17,7 +17,8 @@ and checking its group, so that Python's checks use every core too.
 from __future__ import annotations
 
 import multiprocessing
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -34,11 +35,15 @@ from trainops.render.origin import Placer
 from trainops.report import SKIPPED, Report, ResourceResult, TargetReport
 from trainops.schema.check import check_document
 from trainops.schema.registry import SchemaRegistry, minor_version
+from trainops.yamlio import kept_objects_set_aside
 
 # Work units (a kustomization, or 256 KiB of plain YAML) below which starting worker
 # processes costs more than it saves.
 PARALLEL_MIN_UNITS = 64
 FILE_UNIT_BYTES = 256 * 1024
+# Renders each render thread may have done ahead of the checks: enough to keep the
+# threads busy, few enough that memory holds a handful of renders, not the repository.
+RENDER_AHEAD = 2
 
 
 @dataclass(frozen=True)
@@ -200,25 +205,47 @@ class Validation:
     ) -> list[TargetReport]:
         """Render (threads) and check (this process) each job; cache each result.
 
-        Raises the first InputError in job order, after every render has finished.
+        Renders run at most `RENDER_AHEAD` per thread ahead of the checks, and each is
+        let go once checked (a platform's once its last run is), so memory holds a few
+        renders at a time, not the whole repository. Raises the first InputError in
+        job order, after every render has finished.
         """
         first_error: InputError | None = None
         reports: list[TargetReport] = []
         platforms: dict[str, list[Document]] = {}
-        with ThreadPoolExecutor(max_workers=self.renderer.jobs) as pool:
-            futures = [pool.submit(self.renderer.render_plan, job.plan) for job in jobs]
-            rendering = {job.plan.key: future for job, future in zip(jobs, futures, strict=True)}
-            for job, future in zip(jobs, futures, strict=True):
+        last_use = {job.platform.key: i for i, job in enumerate(jobs) if job.platform}
+        ahead = RENDER_AHEAD * self.renderer.jobs
+        with (
+            ThreadPoolExecutor(max_workers=self.renderer.jobs) as pool,
+            kept_objects_set_aside() as set_aside,
+        ):
+            pending: deque[Future[RenderResult]] = deque()
+            rendering: dict[str, Future[RenderResult]] = {}  # platforms still needed
+            submitted = 0
+            for index, job in enumerate(jobs):
+                while submitted < min(len(jobs), index + ahead):
+                    later = jobs[submitted]
+                    future = pool.submit(self.renderer.render_plan, later.plan)
+                    pending.append(future)
+                    if last_use.get(later.plan.key, -1) > submitted:
+                        rendering[later.plan.key] = future
+                    submitted += 1
+                future = pending.popleft()
                 try:
                     result = future.result()
                     platform = self._platform_documents(job.platform, platforms, rendering)
                 except InputError as exc:
                     first_error = first_error or exc
                     continue
+                finally:
+                    if job.platform and last_use[job.platform.key] == index:
+                        rendering.pop(job.platform.key, None)
                 if first_error is None:
                     report = self.check(result, platform, job.profile)
                     reports.append(report)
-                    self.cache.put("validate", job.key, report.to_json())
+                    set_aside()
+                    if self.cache.enabled:
+                        self.cache.put("validate", job.key, report.to_json())
                     if progress is not None:
                         progress.advance(1)
         if first_error is not None:

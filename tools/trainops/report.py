@@ -7,7 +7,7 @@ pipeline that produced them.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from trainops.model import ERROR, INFO, SEVERITIES, WARNING, Finding, Target
 
@@ -37,7 +37,7 @@ class TargetReport:
     def to_json(self) -> bytes:
         return json.dumps(
             {
-                "resources": [asdict(r) for r in self.resources],
+                "resources": [vars(r) for r in self.resources],
                 "findings": [f.to_cache() for f in self.findings],
             }
         ).encode()

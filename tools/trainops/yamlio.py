@@ -13,7 +13,7 @@ import contextlib
 import gc
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +154,21 @@ def cycle_collection_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+@contextlib.contextmanager
+def kept_objects_set_aside() -> Iterator[Callable[[], None]]:
+    """A `set_aside()` that takes every object alive now out of the cyclic collector's
+    scans until the block ends.
+
+    Results that pile up over a run (a report per target, one entry per resource)
+    would otherwise be scanned again by every full collection: at 100,000 resources
+    that was a quarter of the run. Reference counting still frees what is dropped.
+    """
+    try:
+        yield gc.freeze
+    finally:
+        gc.unfreeze()
 
 
 def parse_document(chunk: str, first_line: int, where: str, duplicates: str = REFUSE) -> Any:

@@ -116,8 +116,9 @@ class Renderer:
             text, findings = cached
         else:
             text, findings = self._build(plan.inputs, target.path)
-            entry = {"text": text, "findings": [f.to_cache() for f in findings]}
-            self.cache.put("render", plan.key, json.dumps(entry).encode())
+            if self.cache.enabled:
+                entry = {"text": text, "findings": [f.to_cache() for f in findings]}
+                self.cache.put("render", plan.key, json.dumps(entry).encode())
         documents = load_documents(text, source=target.path, keep_text=True)
         strip_origins(documents)
         return RenderResult(target, documents, plan.key, text, findings, plan.inputs)
