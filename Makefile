@@ -48,8 +48,12 @@ format: $(DEV)
 # the trainer's tests wait on process start-up, rendezvous and teardown, and a third
 # worker fills those gaps. Files go out in collection order, the trainer's first
 # (tests/conftest.py). Tests that start servers draw ports from disjoint sets.
+# The suite starts hundreds of Python processes: where PYTHONDONTWRITEBYTECODE is set
+# (CI sandboxes often set it) each would compile the toolkit, the policy pack and the
+# trainer from source again, so their bytecode is written first.
 WORKERS ?= 3
 test: validate lint
+	$(BIN)/python -m compileall -q tools policies trainer/src
 	$(BIN)/pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 # A race shows up as a rare failure: run the tests that start processes many times
