@@ -8,8 +8,17 @@ from typing import Any
 
 from trainops import multus
 from trainops.model import Document
-from trainops.policy.engine import Context
-from trainops.policy.pods import PodTemplate, argv, dicts, env_of, is_int, mapping, resources
+from trainops.policy.engine import Context, needs
+from trainops.policy.pods import (
+    TRAINING_KINDS,
+    PodTemplate,
+    argv,
+    dicts,
+    env_of,
+    is_int,
+    mapping,
+    resources,
+)
 from trainops.policy.trainjob import TRAINER_STEP_LABEL
 
 from . import commandline
@@ -44,6 +53,7 @@ def env_names(pod: PodTemplate) -> frozenset[str]:
     )
 
 
+@needs("env")
 def has_env(pod: PodTemplate) -> bool:
     """Pods with an env list in some container (rules that read variables)."""
     return "env" in pod.container_fields and pod.memo(
@@ -51,6 +61,7 @@ def has_env(pod: PodTemplate) -> bool:
     )
 
 
+@needs("command", "args")
 def has_command(pod: PodTemplate) -> bool:
     """Pods with a command or args in some container (rules that read command lines)."""
     return not pod.container_fields.isdisjoint(("command", "args")) and pod.memo(
@@ -58,11 +69,13 @@ def has_command(pod: PodTemplate) -> bool:
     )
 
 
+@needs("command", "args", "env")
 def has_command_or_env(pod: PodTemplate) -> bool:
     """Pods whose containers set a command, args or variables."""
     return has_command(pod) or has_env(pod)
 
 
+@needs("volumeMounts")
 def mounts_volumes(pod: PodTemplate) -> bool:
     """Pods with a volume mount in some container (checkpoint and /dev/shm volumes)."""
     return "volumeMounts" in pod.container_fields and pod.memo(
@@ -70,6 +83,7 @@ def mounts_volumes(pod: PodTemplate) -> bool:
     )
 
 
+@needs("volumes")
 def mounts_claims(pod: PodTemplate) -> bool:
     """Pods with a PersistentVolumeClaim volume."""
     return bool(pod.spec.get("volumes")) and pod.memo(
@@ -81,6 +95,7 @@ def mounts_claims(pod: PodTemplate) -> bool:
     )
 
 
+@needs("resources")
 def requests_rdma(pod: PodTemplate) -> bool:
     """Pods with a container that requests an RDMA or SR-IOV device (`rdma_resources`)."""
     return pod.memo(
@@ -95,6 +110,7 @@ def attaches_networks(pod: PodTemplate) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
 
+@needs("command", "args")
 def runs_torchrun(pod: PodTemplate) -> bool:
     """Pods with a container that starts torchrun (or trainer-launch)."""
     return has_command(pod) and pod.memo(
@@ -105,6 +121,7 @@ def runs_torchrun(pod: PodTemplate) -> bool:
 RENDEZVOUS_ENV = frozenset(("MASTER_ADDR", "PET_MASTER_ADDR", "PET_RDZV_ENDPOINT"))
 
 
+@needs("command", "args", "env", kinds=("PyTorchJob",))
 def torch_rendezvous(pod: PodTemplate) -> bool:
     """Pods that take part in a torch rendezvous: a PyTorchJob's, or any that starts
     torchrun or names a rendezvous address in its environment."""
@@ -125,11 +142,13 @@ def queued_pod(pod: PodTemplate) -> bool:
     return queued(pod.doc)
 
 
+@needs("resources")
 def gpu_pod(pod: PodTemplate) -> bool:
     """Pods that request GPUs (the `applies` predicate of GPU-only pod rules)."""
     return pod.uses_gpus
 
 
+@needs("resources", kinds=TRAINING_KINDS)
 def training_pod(pod: PodTemplate) -> bool:
     """Pods of a training job kind, or any pod holding GPUs."""
     return pod.training or pod.uses_gpus
@@ -177,11 +196,13 @@ def mpi_roles(pod: PodTemplate) -> tuple[str, str] | None:
     return roles
 
 
+@needs(kinds=(*MPI_ROLES, "TrainJob"))
 def is_mpi_launcher(pod: PodTemplate) -> bool:
     roles = mpi_roles(pod)
     return roles is not None and pod.role == roles[0]
 
 
+@needs("command", "args", kinds=TRAINING_KINDS)
 def trains(pod: PodTemplate) -> bool:
     """Pods that run a training job's ranks: a training kind's, or any pod whose command
     starts a distributed launcher (torchrun, mpirun, deepspeed, accelerate...)."""
@@ -194,6 +215,7 @@ def trains(pod: PodTemplate) -> bool:
     )
 
 
+@needs("resources")
 def gpu_trainer(pod: PodTemplate) -> bool:
     """GPU pods that train (the `applies` predicate of checkpoint and grace-period rules)."""
     return pod.uses_gpus and trains(pod)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainops.model import ERROR, WARNING
-from trainops.policy.engine import Context, Violation, pod_rule
+from trainops.policy.engine import Context, Violation, pod_rule, sets_any
 from trainops.policy.pods import PodTemplate, env_index, gpu_count, mapping, resources
 
 from . import commandline, common
@@ -276,6 +276,7 @@ def _env_at(pod: PodTemplate, index: int, container: dict[str, Any], name: str) 
     "container runs without the GPU or device it names and nothing reports it.",
     fix="Write the quantity (nvidia.com/gpu: 8), or render the template that was meant to "
     "fill it in.",
+    applies=sets_any("resources"),
 )
 def resource_quantity_empty(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):

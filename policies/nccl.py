@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from trainops import multus, nccl
 from trainops.model import ERROR, INFO, WARNING
-from trainops.policy.engine import Context, Violation, pod_rule
+from trainops.policy.engine import Context, Violation, needs, pod_rule
 from trainops.policy.pods import PodTemplate, env_index, env_of
 
 from . import common
@@ -41,6 +41,7 @@ def _may_pick_interface(pod: PodTemplate) -> bool:
     )
 
 
+@needs("env")
 def sets_nccl_env(pod: PodTemplate) -> bool:
     """Pods with NCCL_* variables (the `applies` predicate of the variable rules)."""
     return bool(_nccl_env(pod))

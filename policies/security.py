@@ -14,7 +14,14 @@ from collections.abc import Iterator
 
 from trainops import multus
 from trainops.model import ERROR, WARNING, Document
-from trainops.policy.engine import Context, Violation, pod_rule, render_rule, resource_rule
+from trainops.policy.engine import (
+    Context,
+    Violation,
+    pod_rule,
+    render_rule,
+    resource_rule,
+    sets_any,
+)
 from trainops.policy.pods import (
     GPU_RESOURCES,
     PodTemplate,
@@ -137,6 +144,7 @@ pod_rule(
     "bypasses Multus, so the training network contract no longer applies.",
     fix="Use a Multus secondary network for the fabric; exempt node agents that need the "
     "host network in policies/config.yaml, with a reason and an expiry.",
+    applies=sets_any("hostNetwork"),
     security=True,
 )(_host_rule("hostNetwork"))
 pod_rule(
@@ -146,6 +154,7 @@ pod_rule(
     why="hostPID lets a container see and signal every process on the node.",
     fix="Remove hostPID; exempt node agents that need it in policies/config.yaml, with a "
     "reason and an expiry.",
+    applies=sets_any("hostPID"),
     security=True,
 )(_host_rule("hostPID"))
 
@@ -158,6 +167,7 @@ pod_rule(
     "IPC_LOCK and a device-plugin resource, not privilege.",
     fix="Drop privileged; add the specific capability (IPC_LOCK for RDMA). Exempt node agents "
     "that need privilege in policies/config.yaml, with a reason and an expiry.",
+    applies=sets_any("securityContext"),
     security=True,
 )
 def privileged(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
@@ -179,6 +189,7 @@ def privileged(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "can read the repository or the pod spec.",
     fix="Store it in a Secret and reference it with valueFrom.secretKeyRef; rotate the leaked "
     "token.",
+    applies=sets_any("env"),
     security=True,
 )
 def secret_literal(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
@@ -300,6 +311,7 @@ def _checkpoint_volumes(pod: PodTemplate) -> set[str]:
     "node-local directory for checkpoints.",
     fix="Use a memory-backed emptyDir for /dev/shm, the device plugin's resource for RDMA, "
     "the shared checkpoint claim for checkpoints; exempt node agents in policies/config.yaml.",
+    applies=sets_any("volumes"),
     security=True,
 )
 def host_path(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
@@ -333,6 +345,7 @@ def host_path(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "for the NIC; nothing in training needs more.",
     fix="Remove the capability; keep IPC_LOCK only on containers of pods that use RDMA (an "
     "RDMA network or device resource).",
+    applies=sets_any("securityContext"),
     security=True,
 )
 def capabilities(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
@@ -363,6 +376,7 @@ def capabilities(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     why="A hostPort binds the node's address: it can collide with other pods and node "
     "services, and exposes the container outside the cluster network policy.",
     fix="Use a Service (or the pod's own address, as torchrun's rendezvous does); drop hostPort.",
+    applies=sets_any("ports"),
     security=True,
 )
 def host_ports(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
@@ -450,6 +464,7 @@ def _privileged_reason(pod: PodTemplate) -> str | None:
     "(privileged, host namespaces, hostPath, added capabilities) whoever can push that tag "
     "gets the node.",
     fix="Pin the image by digest (image@sha256:...; kustomize images: [{name, digest}]).",
+    applies=sets_any("hostNetwork", "hostPID", "hostIPC", "volumes", "securityContext"),
     security=True,
 )
 def privileged_image_digest(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING
-from trainops.policy.engine import Context, Violation, pod_rule
+from trainops.policy.engine import Context, Violation, needs, pod_rule, sets_any
 from trainops.policy.pods import PodTemplate, env_of, gpu_count, resources
 from trainops.profile.model import quantity_bytes
 
@@ -21,6 +21,7 @@ def _shm(pod: PodTemplate) -> tuple[int, dict | None]:
     return -1, None
 
 
+@needs("resources", "command", "args")
 def shares_memory(pod: PodTemplate) -> bool:
     """Processes of one pod exchange data through /dev/shm: NCCL between two or more GPUs
     of a container, or DataLoader worker processes."""
@@ -162,6 +163,7 @@ def dev_shm_not_memory(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "a training pod wanting a big /dev/shm needs a memory-backed emptyDir instead.",
     fix="Remove hostIPC and mount a memory-backed emptyDir at /dev/shm; if a node agent truly "
     "needs it, exempt it in policies/config.yaml with a reason.",
+    applies=sets_any("hostIPC"),
     security=True,
 )
 def host_ipc(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainops.model import ERROR, Document
-from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
-from trainops.policy.pods import REPLICA_FIELDS, PodTemplate, mapping
+from trainops.policy.engine import Context, Violation, needs, pod_rule, resource_rule
+from trainops.policy.pods import REPLICA_FIELDS, TRAINING_KINDS, PodTemplate, mapping
 from trainops.profile.tenancy import PARAMS, PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL
 
 JOB_KINDS = (*REPLICA_FIELDS, "TrainJob")
@@ -38,6 +38,7 @@ def _list(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+@needs(kinds=TRAINING_KINDS)
 def job_pod(pod: PodTemplate) -> bool:
     """Pods of the training job kinds, which the cluster's admission policy matches (a
     platform CronJob holding a GPU is not a run)."""

@@ -18,10 +18,12 @@ import pytest
 from tests.policies import catalog_fixtures, fixtures
 from tests.policies.test_engine import NO_SHM, run
 from tests.support import REPO
+from trainops.errors import InputError
 from trainops.model import Document, Target
 from trainops.policy import engine
 from trainops.policy.engine import Context, PolicySettings, evaluate, registered
 from trainops.policy.settings import PACK_MODULE, load_pack
+from trainops.yamlio import load_documents, read_text
 
 load_pack(REPO / "policies")
 common, gitops, nccl, placement, scheduling, mpi = (
@@ -101,3 +103,86 @@ def test_a_predicate_that_fails_keeps_its_rule_away(monkeypatch):
     assert "policy-exemption" in {f.rule for f in run(docs)}
     monkeypatch.setitem(engine._RULES, rule.id, replace(rule, applies=lambda doc: False))
     assert "policy-exemption" not in {f.rule for f in run(docs)}
+
+
+# -- what predicates need (engine.needs, engine.sets_any) --------------------------------
+
+SHARED = REPO.parent / "shared"
+MANIFEST_ROOTS = [
+    REPO / "tests" / "corpus",
+    REPO / "tests" / "heldout",
+    REPO / "tests" / "blind",
+    REPO / "base",
+    SHARED / "corpus",
+    SHARED / "upstream",
+]
+
+
+def _manifests() -> list[tuple[str, list[Document]]]:
+    """Every YAML file of the repository's and upstream's manifests that parses."""
+    found = []
+    for root in MANIFEST_ROOTS:
+        for path in sorted(root.rglob("*.y*ml")) if root.is_dir() else ():
+            if path.stat().st_size > 2_000_000:
+                continue
+            try:
+                documents = load_documents(read_text(path), str(path))
+            except InputError:
+                continue  # hostile or templated input: not a render
+            if documents:
+                found.append((str(path.relative_to(root.parent)), documents))
+    return found
+
+
+def _evaluate(documents: list[Document]) -> list[tuple]:
+    copies = [Document(obj=copy.deepcopy(d.obj), source=d.source) for d in documents]
+    found = evaluate(Context(Target("file", "render.yaml"), copies), PolicySettings())
+    return sorted((f.rule, f.resource, f.path, f.severity, f.message) for f in found)
+
+
+def _without_needs(self, kind, features):
+    """Every pod rule of the kind, each predicate called: as if nothing declared needs."""
+    return [(applies, rules) for applies, _, rules in self.pod.get(kind, ())]
+
+
+def test_what_predicates_need_never_hides_a_finding(monkeypatch):
+    cases = [
+        (render.__name__, [Document(obj=d, source="fixture.yaml") for d in render()])
+        for render in RENDERS
+    ]
+    cases += _manifests()
+    assert len(cases) > 300  # the fixtures and several hundred real files
+    selected = []
+    original = engine._Dispatch.pod_groups
+
+    def counting(self, kind, features):
+        groups = original(self, kind, features)
+        selected.append(sum(len(rules) for _, rules in groups))
+        return groups
+
+    monkeypatch.setattr(engine._Dispatch, "pod_groups", counting)
+    with_needs = [_evaluate(documents) for _, documents in cases]
+    monkeypatch.setattr(engine._Dispatch, "pod_groups", _without_needs)
+    without = [_evaluate(documents) for _, documents in cases]
+    assert sum(map(len, with_needs)) > len(cases)  # the cases do fire
+    for (name, _), gated, ungated in zip(cases, with_needs, without, strict=True):
+        assert gated == ungated, name
+    every_rule = len(registered())
+    assert selected and sum(selected) < len(selected) * every_rule // 2  # needs skip work
+
+
+def test_a_wrong_need_is_caught(monkeypatch):
+    """What the test above relies on: a rule gated on the wrong field misses its finding."""
+    pod = {"hostNetwork": True, "containers": [{"name": "c", "image": "registry/c:1.0"}]}
+    docs = [
+        Document(
+            obj={"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": pod},
+            source="fixture.yaml",
+        )
+    ]
+    assert "host-network" in {f[0] for f in _evaluate(docs)}
+    rule = registered()["host-network"]
+    monkeypatch.setitem(engine._RULES, rule.id, replace(rule, applies=engine.sets_any("hostPID")))
+    assert "host-network" not in {f[0] for f in _evaluate(docs)}
+    monkeypatch.setattr(engine._Dispatch, "pod_groups", _without_needs)
+    assert "host-network" in {f[0] for f in _evaluate(docs)}

@@ -6,6 +6,11 @@ pod template at a time (any workload kind); render rules see the render as a
 whole (its kustomize inputs, for example). The Context holds every document
 of the same render, the cluster's platform render for runs and templates,
 and the cluster profile when there is one.
+
+Every pod meets every pod rule of its kind unless the rule's `applies` predicate
+says otherwise, so a predicate that can only hold for pods setting some field
+declares it (`needs`, `sets_any`): the engine then picks a pod's rules by the
+fields it sets, once per distinct set of fields, instead of asking each predicate.
 """
 
 from __future__ import annotations
@@ -116,6 +121,43 @@ def pod_rule(**fields: Any) -> Callable:
 def render_rule(**fields: Any) -> Callable:
     """Register `check(ctx) -> Iterable[tuple[Document | None, Violation]]` per render."""
     return _register("render", **fields)
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a pod must have for a pod predicate to hold: one of `fields` set in its spec
+    or in any of its containers (`PodTemplate.features`), unless its document is one of
+    `kinds`. `exact`: the predicate holds exactly then, so the engine never calls it."""
+
+    fields: frozenset[str]
+    kinds: frozenset[str] = frozenset()
+    exact: bool = False
+
+
+def needs(*fields: str, kinds: Iterable[str] = ()) -> Callable:
+    """Declare what a pod `applies` predicate needs (`Needs`): on a pod without it, the
+    engine skips the predicate and its rules without calling anything. A declaration
+    only saves work: tests/policies/test_applies.py evaluates every fixture and real
+    manifest with and without them and wants the same findings."""
+
+    def decorate(predicate: Callable) -> Callable:
+        predicate.needs = Needs(frozenset(fields), frozenset(kinds))  # type: ignore[attr-defined]
+        return predicate
+
+    return decorate
+
+
+def sets_any(*fields: str) -> Callable[[PodTemplate], bool]:
+    """An `applies` predicate for pod rules about fields a pod seldom sets (hostNetwork,
+    a container's securityContext): pods that set none of `fields` never reach them."""
+    wanted = frozenset(fields)
+
+    def predicate(pod: PodTemplate) -> bool:
+        return not wanted.isdisjoint(pod.features)
+
+    predicate.needs = Needs(wanted, exact=True)  # type: ignore[attr-defined]
+    predicate.__name__ = predicate.__qualname__ = "sets_" + "_or_".join(fields)
+    return predicate
 
 
 def registered() -> dict[str, Rule]:
@@ -281,6 +323,12 @@ def evaluate(ctx: Context, settings: PolicySettings) -> list[Finding]:
 
 # Rules grouped by their `applies` predicate (None: every document or pod of the kind).
 Grouped = list[tuple[Callable[[Any], bool] | None, list[Rule]]]
+# Pod rules of one kind grouped by predicate, with the fields one of which a pod must
+# set for the predicate to hold (None: no such need for this kind).
+PodGroups = list[tuple[Callable[[Any], bool] | None, frozenset[str] | None, list[Rule]]]
+# Distinct (kind, pod features) whose pod rules are remembered: real renders have a few
+# dozen; past this, hostile input with a different shape per pod selects them anew.
+SELECTIONS_KEPT = 4096
 
 
 @dataclass
@@ -288,13 +336,29 @@ class _Dispatch:
     """Rules by the kind of document they apply to, grouped by their `applies` predicate.
 
     `every_resource`: resource rules for kinds no rule names. `pod`: per pod-bearing
-    kind, its pod rules.
+    kind, its pod rules, with what each predicate needs (`Needs`).
     """
 
     render: list[Rule]
     resource: dict[str, Grouped]
     every_resource: Grouped
-    pod: dict[str, Grouped]
+    pod: dict[str, PodGroups]
+    _selected: dict[tuple[str, frozenset[Any]], Grouped] = field(default_factory=dict)
+
+    def pod_groups(self, kind: str, features: frozenset[Any]) -> Grouped:
+        """The pod rules (by predicate) that may report on a pod of `kind` setting
+        `features`; a predicate whose need is exact is not called (None)."""
+        key = (kind, features)
+        found = self._selected.get(key)
+        if found is None:
+            found = [
+                (applies, rules)
+                for applies, fields, rules in self.pod.get(kind, ())
+                if fields is None or not fields.isdisjoint(features)
+            ]
+            if len(self._selected) < SELECTIONS_KEPT:
+                self._selected[key] = found
+        return found
 
 
 @lru_cache(maxsize=8)
@@ -310,9 +374,21 @@ def _dispatch(rules: tuple[Rule, ...]) -> _Dispatch:
     resource_table = {
         kind: for_kind(resource, kind) for rule in resource for kind in rule.info.kinds
     }
+
+    def with_needs(grouped: Grouped, kind: str) -> PodGroups:
+        table: PodGroups = []
+        for applies, scoped in grouped:
+            need: Needs | None = getattr(applies, "needs", None)
+            if need is None or kind in need.kinds:
+                table.append((applies, None, scoped))
+            elif need.fields:  # with no fields, nothing of this kind can meet the need
+                table.append((None if need.exact else applies, need.fields, scoped))
+        return table
+
     pods = [r for r in rules if r.scope == "pod"]
     pod_table = {
-        kind: for_kind(pods, kind) for kind in POD_KINDS | {k for r in pods for k in r.info.kinds}
+        kind: with_needs(for_kind(pods, kind), kind)
+        for kind in POD_KINDS | {k for r in pods for k in r.info.kinds}
     }
     return _Dispatch(
         [r for r in rules if r.scope == "render"],
@@ -354,11 +430,10 @@ def _violations(ctx: Context, dispatch: _Dispatch) -> Found:
                         found.append((rule, doc, None, violation))
                 except Exception as exc:
                     found.append((rule, doc, None, _internal_error(rule, exc)))
-        groups = dispatch.pod.get(kind)
-        if not groups:
+        if not dispatch.pod.get(kind):
             continue
         for pod in ctx.pods(doc):
-            for applies, rules in groups:
+            for applies, rules in dispatch.pod_groups(kind, pod.features):
                 if applies is not None:
                     try:
                         if not applies(pod):

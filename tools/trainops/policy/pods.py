@@ -123,35 +123,54 @@ class PodTemplate:
     def all_containers(self) -> tuple[tuple[str, int, dict[str, Any]], ...]:
         """(list key, index, container) of every container, init and ephemeral ones
         included."""
-        found = []
-        for key in CONTAINER_LISTS:
-            items = self.spec.get(key)
-            if isinstance(items, list):
-                for index, container in enumerate(items):
-                    if isinstance(container, dict):
-                        found.append((key, index, container))
-        return tuple(found)
+        return self._scan()["all_containers"]
 
     @computed_once
     def container_fields(self) -> frozenset[Any]:
         """Every field any container sets, init and ephemeral ones included: rules ask it
         before they look inside each container for a field that is rarely there."""
-        fields: set[Any] = set()
-        for _, _, container in self.all_containers:
-            fields.update(container)
-        return frozenset(fields)
+        return self._scan()["container_fields"]
+
+    @computed_once
+    def features(self) -> frozenset[Any]:
+        """The fields the pod spec and any of its containers set: the policy engine skips
+        a rule that needs one of some fields (`engine.needs`) on a pod without them."""
+        return self._scan()["features"]
 
     @computed_once
     def resource_names(self) -> frozenset[str]:
-        """Every resource any container requests or limits."""
+        """Every resource any (regular) container requests or limits."""
+        return self._scan()["resource_names"]
+
+    def _scan(self) -> dict[str, Any]:
+        """One pass over the containers sets the four facts above at once: the engine
+        needs `features` of every pod, and most rules one of the others."""
+        found = []
+        fields: set[Any] = set()
         names: set[str] = set()
-        for container in self.containers:
-            stated = container.get("resources")
-            if isinstance(stated, dict):
-                for section in (stated.get("limits"), stated.get("requests")):
-                    if isinstance(section, dict):
-                        names.update(section)
-        return frozenset(names)
+        for key in CONTAINER_LISTS:
+            items = self.spec.get(key)
+            if not isinstance(items, list):
+                continue
+            for index, container in enumerate(items):
+                if not isinstance(container, dict):
+                    continue
+                found.append((key, index, container))
+                fields.update(container)
+                stated = container.get("resources") if key == "containers" else None
+                if isinstance(stated, dict):
+                    for section in (stated.get("limits"), stated.get("requests")):
+                        if isinstance(section, dict):
+                            names.update(section)
+        container_fields = frozenset(fields)
+        facts = {
+            "all_containers": tuple(found),
+            "container_fields": container_fields,
+            "features": container_fields.union(self.spec),
+            "resource_names": frozenset(names),
+        }
+        self.__dict__.update(facts)
+        return facts
 
     @property
     def uses_gpus(self) -> bool:
