@@ -10,6 +10,7 @@ from trainops import multus
 from trainops.model import Document
 from trainops.policy.engine import Context, needs
 from trainops.policy.pods import (
+    GPU_RESOURCES,
     TRAINING_KINDS,
     PodTemplate,
     argv,
@@ -104,6 +105,7 @@ def requests_rdma(pod: PodTemplate) -> bool:
     )
 
 
+@needs(multus.ANNOTATION)
 def attaches_networks(pod: PodTemplate) -> bool:
     """Pods whose template names Multus networks."""
     value = pod.annotations.get(multus.ANNOTATION)
@@ -137,18 +139,19 @@ def queued(doc: Document) -> bool:
     return bool(mapping(doc.metadata.get("labels")).get(KUEUE_LABEL))
 
 
+@needs(KUEUE_LABEL)
 def queued_pod(pod: PodTemplate) -> bool:
     """Pods of a document labelled with a Kueue queue."""
     return queued(pod.doc)
 
 
-@needs("resources")
+@needs(*GPU_RESOURCES)
 def gpu_pod(pod: PodTemplate) -> bool:
     """Pods that request GPUs (the `applies` predicate of GPU-only pod rules)."""
     return pod.uses_gpus
 
 
-@needs("resources", kinds=TRAINING_KINDS)
+@needs(*GPU_RESOURCES, kinds=TRAINING_KINDS)
 def training_pod(pod: PodTemplate) -> bool:
     """Pods of a training job kind, or any pod holding GPUs."""
     return pod.training or pod.uses_gpus
@@ -215,7 +218,7 @@ def trains(pod: PodTemplate) -> bool:
     )
 
 
-@needs("resources")
+@needs(*GPU_RESOURCES)
 def gpu_trainer(pod: PodTemplate) -> bool:
     """GPU pods that train (the `applies` predicate of checkpoint and grace-period rules)."""
     return pod.uses_gpus and trains(pod)

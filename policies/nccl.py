@@ -31,6 +31,7 @@ def _find_nccl_env(pod: PodTemplate) -> Iterator[tuple[int, dict, str, str | Non
                 yield index, container, name, value, at
 
 
+@needs("env", multus.ANNOTATION, kinds=(*common.MPI_ROLES, "TrainJob"))
 def _may_pick_interface(pod: PodTemplate) -> bool:
     """The pod sets NCCL_SOCKET_IFNAME, attaches networks, or is an MPI launcher (whose
     ranks' networks decide)."""

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING
 from trainops.policy.engine import Context, Violation, needs, pod_rule, sets_any
-from trainops.policy.pods import PodTemplate, env_of, gpu_count, resources
+from trainops.policy.pods import GPU_RESOURCES, PodTemplate, env_of, gpu_count, resources
 from trainops.profile.model import quantity_bytes
 
 from . import commandline, common
@@ -21,7 +21,7 @@ def _shm(pod: PodTemplate) -> tuple[int, dict | None]:
     return -1, None
 
 
-@needs("resources", "command", "args")
+@needs(*GPU_RESOURCES, "command", "args")
 def shares_memory(pod: PodTemplate) -> bool:
     """Processes of one pod exchange data through /dev/shm: NCCL between two or more GPUs
     of a container, or DataLoader worker processes."""

@@ -186,3 +186,21 @@ def test_a_wrong_need_is_caught(monkeypatch):
     assert "host-network" not in {f[0] for f in _evaluate(docs)}
     monkeypatch.setattr(engine._Dispatch, "pod_groups", _without_needs)
     assert "host-network" in {f[0] for f in _evaluate(docs)}
+
+
+def test_pods_of_many_shapes_keep_the_selection_bounded_and_still_meet_their_rules(monkeypatch):
+    """Hostile input with different fields on every pod cannot grow what the engine keeps,
+    and a pod met after the limit still gets the rules its fields call for."""
+    monkeypatch.setattr(engine, "SELECTIONS_KEPT", 10)
+    docs = []
+    for index in range(40):
+        spec = {f"x-field-{index}": 1, "containers": [{"name": "c", "image": "registry/c:1.0"}]}
+        if index == 39:
+            spec["hostNetwork"] = True
+        docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{index}"}})
+        docs[-1]["spec"] = spec
+    dispatch = engine._dispatch(tuple(registered().values()))
+    dispatch._selected.clear()
+    found = _evaluate([Document(obj=d, source="fixture.yaml") for d in docs])
+    assert len(dispatch._selected) == 10
+    assert ("host-network", "Pod//p39") in {(f[0], f[1]) for f in found}

@@ -8,9 +8,10 @@ of the same render, the cluster's platform render for runs and templates,
 and the cluster profile when there is one.
 
 Every pod meets every pod rule of its kind unless the rule's `applies` predicate
-says otherwise, so a predicate that can only hold for pods setting some field
-declares it (`needs`, `sets_any`): the engine then picks a pod's rules by the
-fields it sets, once per distinct set of fields, instead of asking each predicate.
+says otherwise, so a predicate that can only hold for pods setting some name (a
+field, a resource, an annotation, a label) declares it (`needs`, `sets_any`): the
+engine then picks a pod's rules by the names it sets, once per distinct set of
+names, instead of asking each predicate.
 """
 
 from __future__ import annotations
@@ -125,9 +126,10 @@ def render_rule(**fields: Any) -> Callable:
 
 @dataclass(frozen=True)
 class Needs:
-    """What a pod must have for a pod predicate to hold: one of `fields` set in its spec
-    or in any of its containers (`PodTemplate.features`), unless its document is one of
-    `kinds`. `exact`: the predicate holds exactly then, so the engine never calls it."""
+    """What a pod must have for a pod predicate to hold: one of `fields` among the names
+    it sets (`PodTemplate.features`: fields of its spec and containers, resources, template
+    annotations, document labels), unless its document is one of `kinds`. `exact`: the
+    predicate holds exactly then, so the engine never calls it."""
 
     fields: frozenset[str]
     kinds: frozenset[str] = frozenset()
@@ -323,7 +325,7 @@ def evaluate(ctx: Context, settings: PolicySettings) -> list[Finding]:
 
 # Rules grouped by their `applies` predicate (None: every document or pod of the kind).
 Grouped = list[tuple[Callable[[Any], bool] | None, list[Rule]]]
-# Pod rules of one kind grouped by predicate, with the fields one of which a pod must
+# Pod rules of one kind grouped by predicate, with the names one of which a pod must
 # set for the predicate to hold (None: no such need for this kind).
 PodGroups = list[tuple[Callable[[Any], bool] | None, frozenset[str] | None, list[Rule]]]
 # Distinct (kind, pod features) whose pod rules are remembered: real renders have a few

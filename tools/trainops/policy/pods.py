@@ -133,8 +133,10 @@ class PodTemplate:
 
     @computed_once
     def features(self) -> frozenset[Any]:
-        """The fields the pod spec and any of its containers set: the policy engine skips
-        a rule that needs one of some fields (`engine.needs`) on a pod without them."""
+        """The names the pod sets: fields of its spec and of any container, resources its
+        containers ask for, annotations of its template and labels of its document. The
+        policy engine skips a rule that needs one of some names (`engine.needs`) on a pod
+        that sets none of them."""
         return self._scan()["features"]
 
     @computed_once
@@ -163,10 +165,13 @@ class PodTemplate:
                         if isinstance(section, dict):
                             names.update(section)
         container_fields = frozenset(fields)
+        labels = self.doc.metadata.get("labels")
         facts = {
             "all_containers": tuple(found),
             "container_fields": container_fields,
-            "features": container_fields.union(self.spec),
+            "features": container_fields.union(
+                self.spec, names, self.annotations, labels if isinstance(labels, dict) else ()
+            ),
             "resource_names": frozenset(names),
         }
         self.__dict__.update(facts)
