@@ -134,6 +134,41 @@ def _manifests() -> list[tuple[str, list[Document]]]:
     return found
 
 
+# Containers that set only one of two names most real pods set together: a declaration
+# that names the wrong one of them shows only on such pods.
+STRIPPED = (("command", "args"), ("env",))
+
+
+def _stripped(obj: object, names: tuple[str, ...]) -> object:
+    """A copy of `obj` whose containers, at any depth, set none of `names`."""
+    if isinstance(obj, list):
+        return [_stripped(item, names) for item in obj]
+    if not isinstance(obj, dict):
+        return obj
+    copied = {key: _stripped(value, names) for key, value in obj.items()}
+    for key in ("containers", "initContainers"):
+        if isinstance(copied.get(key), list):
+            copied[key] = [
+                {k: v for k, v in c.items() if k not in names} if isinstance(c, dict) else c
+                for c in copied[key]
+            ]
+    return copied
+
+
+def _variants(cases: list[tuple[str, list[Document]]]) -> list[tuple[str, list[Document]]]:
+    found = []
+    for name, documents in cases:
+        for names in STRIPPED:
+            objs = [_stripped(d.obj, names) for d in documents]
+            if objs != [d.obj for d in documents]:
+                variant = [
+                    Document(obj=obj, source=d.source)
+                    for obj, d in zip(objs, documents, strict=True)
+                ]
+                found.append((f"{name} without {'/'.join(names)}", variant))
+    return found
+
+
 def _evaluate(documents: list[Document]) -> list[tuple]:
     copies = [Document(obj=copy.deepcopy(d.obj), source=d.source) for d in documents]
     found = evaluate(Context(Target("file", "render.yaml"), copies), PolicySettings())
@@ -152,6 +187,7 @@ def test_what_predicates_need_never_hides_a_finding(monkeypatch):
     ]
     cases += _manifests()
     assert len(cases) > 300  # the fixtures and several hundred real files
+    cases += _variants(cases)
     selected = []
     original = engine._Dispatch.pod_groups
 
