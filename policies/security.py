@@ -171,8 +171,6 @@ pod_rule(
     security=True,
 )
 def privileged(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
-    if "securityContext" not in pod.container_fields:
-        return
     for key, index, container in pod.all_containers:
         if mapping(container.get("securityContext")).get("privileged") is True:
             yield Violation(
@@ -349,8 +347,6 @@ def host_path(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     security=True,
 )
 def capabilities(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
-    if "securityContext" not in pod.container_fields:
-        return
     rdma = None
     for key, index, container in pod.all_containers:
         added = mapping(mapping(container.get("securityContext")).get("capabilities")).get("add")
@@ -380,8 +376,6 @@ def capabilities(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     security=True,
 )
 def host_ports(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
-    if "ports" not in pod.container_fields:
-        return
     for key, index, container in pod.all_containers:
         for position, port in enumerate(dicts(container.get("ports"))):
             if port.get("hostPort") not in (None, 0):

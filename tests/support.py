@@ -8,6 +8,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = REPO / "base" / "operators" / "mirror"
 CORPUS = REPO / "tests" / "corpus"
+# ../shared (upstream CRDs, install manifests, real-world corpus) beside the checkout or
+# one level up; None where it is not on this machine.
+SHARED = next(
+    (p for p in (REPO.parent / "shared", REPO.parents[1] / "shared") if (p / "upstream").is_dir()),
+    None,
+)
 # What a wheel (and the CLI image) is built from: the files setup.py and pyproject.toml read.
 WHEEL_SOURCES = (
     "pyproject.toml",

@@ -15,16 +15,12 @@ import re
 import pytest
 import yaml
 
-from tests.support import CORPUS, REPO
+from tests.support import CORPUS, REPO, SHARED
 
 EXAMPLES = CORPUS / "kubeflow-training-operator-v1.9.0-examples"
 MPI_EXAMPLES = CORPUS / "kubeflow-mpi-operator-v0.8.0-examples"
 RUNTIMES = CORPUS / "kubeflow-trainer-v2.3.0-runtimes"
 REVIEWED = REPO / "tests" / "corpus-reviewed.yaml"
-SHARED = next(
-    (p for p in (REPO.parent / "shared", REPO.parents[1] / "shared") if (p / "upstream").is_dir()),
-    None,
-)
 # Installs of the operators the project deploys (kustomizations in ../shared/upstream).
 UPSTREAM_INSTALLS = [
     "kubeflow-training-operator-v1.9.0/manifests",

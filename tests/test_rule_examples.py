@@ -11,16 +11,12 @@ from collections import defaultdict
 import pytest
 import yaml
 
-from tests.support import REPO
+from tests.support import REPO, SHARED
 from trainops.policy.engine import SECURITY, registered
 from trainops.policy.settings import load_pack
 
 EXAMPLES = yaml.safe_load((REPO / "policies" / "examples.yaml").read_text())
 HELDOUT = "tests/heldout/cases"
-SHARED = next(
-    (p for p in (REPO.parent / "shared", REPO.parents[1] / "shared") if (p / "upstream").is_dir()),
-    None,
-)
 
 
 def _target(path: str) -> str | None:
