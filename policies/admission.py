@@ -37,6 +37,7 @@ def _policies(ctx: Context) -> PolicySet:
     "path; an object they deny is refused at apply, and Argo CD's sync of it fails.",
     fix="Change the object as the policy's message says (the message is the policy's own).",
     kinds=EVERY_KIND,
+    render_needs=(POLICY, BINDING),
 )
 def admission_policy(doc: Document, ctx: Context) -> Iterator[Violation]:
     policies = ctx.memo("admission-policies", lambda: _policies(ctx))

@@ -281,7 +281,10 @@ def _env_at(pod: PodTemplate, index: int, container: dict[str, Any], name: str) 
 def resource_quantity_empty(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):
         for section in ("limits", "requests"):
-            for name, value in resources(container, section).items():
+            quantities = resources(container, section)
+            if None not in quantities.values():
+                continue
+            for name, value in quantities.items():
                 if value is None:
                     yield Violation(
                         f"{section}.{name} has no value: the container gets no {name}",

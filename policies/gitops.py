@@ -74,6 +74,7 @@ def crd_server_side(doc: Document, ctx: Context) -> Iterator[Violation]:
     "by the same sync fails that dry run and blocks the whole sync.",
     fix="Annotate the resource argocd.argoproj.io/sync-options: SkipDryRunOnMissingResource=true.",
     kinds=EVERY_KIND,
+    render_needs=("CustomResourceDefinition",),
 )
 def skip_dry_run(doc: Document, ctx: Context) -> Iterator[Violation]:
     group = doc.api_version.rpartition("/")[0]

@@ -259,7 +259,10 @@ def _mpijob_owner(doc: Document) -> bool:
     pod = template.get("spec") if isinstance(template, dict) else None
     containers = pod.get("containers") if isinstance(pod, dict) else None
     return isinstance(containers, list) and any(
-        isinstance(c, dict) and _image_name(c) == "training-operator" for c in containers
+        isinstance(c, dict)
+        and "training-operator" in str(c.get("image", ""))
+        and _image_name(c) == "training-operator"
+        for c in containers
     )
 
 

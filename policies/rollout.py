@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from trainops.model import WARNING, Document
-from trainops.policy.engine import Context, Violation, resource_rule
-from trainops.policy.pods import mapping
+from trainops.model import WARNING
+from trainops.policy.engine import Context, Violation, pod_rule, sets_any
+from trainops.policy.pods import GPU_RESOURCES, PodTemplate, mapping
 
 ONE_NODE_MODES = frozenset({"ReadWriteOnce", "ReadWriteOncePod"})
 
@@ -19,7 +19,7 @@ def _surges(spec: dict) -> bool:
     return str(surge).strip() not in ("0", "0%")
 
 
-@resource_rule(
+@pod_rule(
     id="rollout-needs-spare-capacity",
     severity=WARNING,
     title="Deployments holding GPUs or a one-node volume roll out without a surge",
@@ -29,26 +29,25 @@ def _surges(spec: dict) -> bool:
     "while the old one waits to be replaced: the rollout hangs until someone deletes a pod.",
     fix="Use strategy: {type: Recreate}, or rollingUpdate: {maxSurge: 0, maxUnavailable: 1}.",
     kinds=("Deployment",),
+    applies=sets_any(*GPU_RESOURCES, "volumes"),
 )
-def needs_spare_capacity(doc: Document, ctx: Context) -> Iterator[Violation]:
-    spec = mapping(doc.obj.get("spec"))
-    if not _surges(spec):
+def needs_spare_capacity(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    if not _surges(mapping(pod.doc.obj.get("spec"))):
         return
-    for pod in ctx.pods(doc):
-        if pod.uses_gpus:
+    if pod.uses_gpus:
+        yield Violation(
+            f"each pod holds {pod.gpus} GPU(s) and a rollout first starts an extra one",
+            ("spec", "strategy"),
+        )
+        return
+    for volume in pod.volumes():
+        claim = mapping(volume.get("persistentVolumeClaim")).get("claimName")
+        pvc = ctx.find("PersistentVolumeClaim", str(claim), pod.doc.namespace or None)
+        modes = set(mapping(pvc.obj.get("spec")).get("accessModes") or []) if pvc else set()
+        if modes and modes <= ONE_NODE_MODES:
             yield Violation(
-                f"each pod holds {pod.gpus} GPU(s) and a rollout first starts an extra one",
+                f"claim {claim} attaches to one node and a rollout first starts an extra "
+                "pod that may land elsewhere",
                 ("spec", "strategy"),
             )
             return
-        for volume in pod.volumes():
-            claim = mapping(volume.get("persistentVolumeClaim")).get("claimName")
-            pvc = ctx.find("PersistentVolumeClaim", str(claim), doc.namespace or None)
-            modes = set(mapping(pvc.obj.get("spec")).get("accessModes") or []) if pvc else set()
-            if modes and modes <= ONE_NODE_MODES:
-                yield Violation(
-                    f"claim {claim} attaches to one node and a rollout first starts an extra "
-                    "pod that may land elsewhere",
-                    ("spec", "strategy"),
-                )
-                return

@@ -273,6 +273,7 @@ def kueue_namespace_selector(doc: Document, ctx: Context) -> Iterator[Violation]
     fix="Create the class in the platform (or correct the name); system-cluster-critical and "
     "system-node-critical always exist.",
     kinds=QUEUED_KINDS,
+    render_needs=("PriorityClass", "WorkloadPriorityClass"),
 )
 def priority_class_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
     workload_class = mapping(doc.metadata.get("labels")).get(PRIORITY_LABEL)

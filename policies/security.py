@@ -47,8 +47,9 @@ SECRET_VALUE = re.compile(
 def _tag(image: str) -> tuple[str, str]:
     if "@sha256:" in image:
         return image, "digest"
-    last = image.rsplit("/", 1)[-1]
-    return (image.rsplit(":", 1)[0], image.rsplit(":", 1)[1]) if ":" in last else (image, "")
+    repository, colon, tag = image.rpartition(":")
+    # A colon before the last slash is a registry's port, not a tag.
+    return (repository, tag) if colon and "/" not in tag else (image, "")
 
 
 # Images an operator injects into the pods it creates, by the operator's image, with the
@@ -93,13 +94,18 @@ def image_pinned(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
             if not isinstance(image, str) or not image:
                 continue
             repository, tag = _tag(image)
-            at = (*pod.path, key, index, "image")
             if not tag:
-                yield Violation(f"image {image} has no tag (means latest)", at)
+                yield Violation(
+                    f"image {image} has no tag (means latest)", (*pod.path, key, index, "image")
+                )
             elif tag in FLOATING_TAGS or tag.startswith(("snapshot", "latest")):
-                yield Violation(f"image {image} uses the moving tag {tag!r}", at)
+                yield Violation(
+                    f"image {image} uses the moving tag {tag!r}", (*pod.path, key, index, "image")
+                )
+            if key != "containers":
+                continue
             injects = INJECTED_IMAGES.get(repository.removeprefix("docker.io/"))
-            if key != "containers" or injects is None:
+            if injects is None:
                 continue
             for flag, injected, into in _injected(injects, container):
                 yield Violation(
@@ -218,9 +224,11 @@ def resources_set(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if pod.partial:
         return
     for index, container in enumerate(pod.containers):
-        at = (*pod.container_path(index), "resources")
         requests, limits = resources(container, "requests"), resources(container, "limits")
         missing = [r for r in ("cpu", "memory") if r not in requests and r not in limits]
+        if not missing and GPU_RESOURCES.isdisjoint(requests):
+            continue
+        at = (*pod.container_path(index), "resources")
         if missing:
             yield Violation(f"container {container.get('name')} sets no {' or '.join(missing)}", at)
         for gpu in GPU_RESOURCES:

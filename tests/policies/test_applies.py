@@ -178,7 +178,14 @@ def _without_needs(self, kind, features):
     return [(applies, rules) for applies, _, rules in self.pod.get(kind, ())]
 
 
-def test_what_predicates_need_never_hides_a_finding(monkeypatch):
+def _without_render_needs(monkeypatch) -> None:
+    """Every rule runs on every render: as if no rule declared `render_needs`."""
+    for rule in registered().values():
+        if rule.render_needs:
+            monkeypatch.setitem(engine._RULES, rule.id, replace(rule, render_needs=frozenset()))
+
+
+def test_what_rules_need_never_hides_a_finding(monkeypatch):
     cases = [
         (render.__name__, [Document(obj=d, source="fixture.yaml") for d in render()])
         for render in RENDERS
@@ -197,6 +204,7 @@ def test_what_predicates_need_never_hides_a_finding(monkeypatch):
     monkeypatch.setattr(engine._Dispatch, "pod_groups", counting)
     with_needs = [_evaluate(documents) for _, documents in cases]
     monkeypatch.setattr(engine._Dispatch, "pod_groups", _without_needs)
+    _without_render_needs(monkeypatch)
     without = [_evaluate(documents) for _, documents in cases]
     assert sum(map(len, with_needs)) > len(cases)  # the cases do fire
     for (name, _), gated, ungated in zip(cases, with_needs, without, strict=True):
@@ -222,6 +230,21 @@ def test_a_wrong_need_is_caught(monkeypatch):
     assert "host-network" in {f[0] for f in _evaluate(docs)}
 
 
+def test_a_wrong_render_need_is_caught(monkeypatch):
+    """A rule that names the wrong kinds in `render_needs` misses its finding."""
+    docs = [
+        Document(obj=d, source="fixture.yaml")
+        for d in catalog_fixtures.FIXTURES["priority-class-exists"][0]()
+    ]
+    assert "priority-class-exists" in {f[0] for f in _evaluate(docs)}
+    rule = registered()["priority-class-exists"]
+    wrong = replace(rule, render_needs=frozenset({"NoSuchKind"}))
+    monkeypatch.setitem(engine._RULES, rule.id, wrong)
+    assert "priority-class-exists" not in {f[0] for f in _evaluate(docs)}
+    _without_render_needs(monkeypatch)
+    assert "priority-class-exists" in {f[0] for f in _evaluate(docs)}
+
+
 def test_pods_of_many_shapes_keep_the_selection_bounded_and_still_meet_their_rules(monkeypatch):
     """Hostile input with different fields on every pod cannot grow what the engine keeps,
     and a pod met after the limit still gets the rules its fields call for."""
@@ -233,8 +256,10 @@ def test_pods_of_many_shapes_keep_the_selection_bounded_and_still_meet_their_rul
             spec["hostNetwork"] = True
         docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{index}"}})
         docs[-1]["spec"] = spec
-    dispatch = engine._dispatch(tuple(registered().values()))
+    documents = [Document(obj=d, source="fixture.yaml") for d in docs]
+    in_force = engine.in_force(Context(Target("file", "render.yaml"), documents), PolicySettings())
+    dispatch = engine._dispatch(in_force)
     dispatch._selected.clear()
-    found = _evaluate([Document(obj=d, source="fixture.yaml") for d in docs])
+    found = _evaluate(documents)
     assert len(dispatch._selected) == 10
     assert ("host-network", "Pod//p39") in {(f[0], f[1]) for f in found}

@@ -33,9 +33,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cel_expr_python import cel
-from cel_expr_python.ext import ext_optional, ext_strings
-
 from trainops.admission.workloads import selector_matches
 
 GROUP = "admissionregistration.k8s.io"
@@ -48,6 +45,11 @@ _ENV: Any = None
 def _env() -> Any:
     global _ENV
     if _ENV is None:
+        # Imported here: loading the CEL runtime costs more than checking a render that
+        # holds no admission policy.
+        from cel_expr_python import cel
+        from cel_expr_python.ext import ext_optional, ext_strings
+
         _ENV = cel.NewEnv(
             variables={name: cel.Type.DYN for name in _VARIABLES},
             extensions=[ext_strings.ExtStrings(2), ext_optional.ExtOptional()],

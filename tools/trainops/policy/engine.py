@@ -11,7 +11,9 @@ Every pod meets every pod rule of its kind unless the rule's `applies` predicate
 says otherwise, so a predicate that can only hold for pods setting some name (a
 field, a resource, an annotation, a label) declares it (`needs`, `sets_any`): the
 engine then picks a pod's rules by the names it sets, once per distinct set of
-names, instead of asking each predicate.
+names, instead of asking each predicate. A rule that can only report when the render
+holds some kind (a PriorityClass, a CRD) says so (`render_needs`), and renders without
+it never run the rule.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class Rule:
     # The documents (resource rules) or pods (pod rules) the rule is about, e.g.
     # `gpu_pod`; others never reach it.
     applies: Callable[[Any], bool] | None = None
+    # Kinds one of which the render (or its platform) must hold for the rule to report
+    # anything, e.g. PriorityClass for a rule that checks names against them; empty: any.
+    render_needs: frozenset[str] = frozenset()
 
     @property
     def id(self) -> str:
@@ -87,12 +92,13 @@ def _register(scope: str, **fields: Any) -> Callable:
             )
         kinds = tuple(fields.pop("kinds", ()))
         applies = fields.pop("applies", None)
+        render_needs = frozenset(fields.pop("render_needs", ()))
         category = SECURITY if fields.pop("security", False) else "policy"
         info = catalog.RuleInfo(kinds=kinds, category=category, **fields)
         if info.id in _RULES and _RULES[info.id].check is not function:
             raise ValueError(f"policy rule {info.id!r} defined twice")
         catalog.register(info)
-        _RULES[info.id] = Rule(info, scope, function, applies)
+        _RULES[info.id] = Rule(info, scope, function, applies, render_needs)
         return function
 
     return decorate
@@ -104,7 +110,10 @@ def resource_rule(**fields: Any) -> Callable:
     `kinds` is required: a tuple of kinds, or EVERY_KIND for a rule about any object.
     `applies`, a predicate on the document (e.g. `common.queued`), keeps the rule from
     documents it cannot find anything in; it must hold wherever the rule can report.
-    `security=True` (any scope) makes the rule one a resource cannot exempt itself from.
+    `render_needs`, kinds (e.g. ("PriorityClass",)) one of which the render or its
+    platform must hold for the rule to find anything: in a render without them the rule
+    is not run at all. `security=True` (any scope) makes the rule one a resource cannot
+    exempt itself from.
     """
     return _register("resource", **fields)
 
@@ -114,7 +123,7 @@ def pod_rule(**fields: Any) -> Callable:
 
     `applies`, a predicate on the pod such as `gpu_pod`, keeps the rule from pods it is
     not about (it must hold wherever the rule can report); the engine asks it once per
-    pod for every rule that shares it.
+    pod for every rule that shares it. `render_needs` as for resource rules.
     """
     return _register("pod", **fields)
 
@@ -214,6 +223,11 @@ class Context:
         namespace = doc.namespace or "default" if kind == "TrainingRuntime" else None
         return self.find(kind, name, namespace)
 
+    @property
+    def kinds(self) -> frozenset[str]:
+        """Every kind this render and the platform's hold."""
+        return self._index.kinds
+
     def of_kind(self, *kinds: str) -> list[Document]:
         """Documents of these kinds in this render and the platform's, in render order."""
         return self._index.of_kind(*kinds)
@@ -305,7 +319,7 @@ def evaluate(ctx: Context, settings: PolicySettings) -> list[Finding]:
     `exemption-in-effect` info finding naming the rule, the reason and who granted it.
     """
     ctx.annotations_trusted = annotations_trusted(ctx, settings)
-    dispatch = _dispatch(tuple(r for r in _RULES.values() if settings.severity.get(r.id) != "off"))
+    dispatch = _dispatch(in_force(ctx, settings))
     with cycle_collection_paused():
         found = _violations(ctx, dispatch)
     findings = []
@@ -321,6 +335,18 @@ def evaluate(ctx: Context, settings: PolicySettings) -> list[Finding]:
     findings += [_exempted_finding(granted, silenced) for granted, *silenced in exempted.values()]
     findings.sort(key=lambda f: (f.resource, f.path, f.rule, f.message))
     return findings
+
+
+def in_force(ctx: Context, settings: PolicySettings) -> tuple[Rule, ...]:
+    """The rules to run on the render in `ctx`: those not turned off whose `render_needs`
+    it meets."""
+    held = ctx.kinds
+    return tuple(
+        rule
+        for rule in _RULES.values()
+        if settings.severity.get(rule.id) != "off"
+        and (not rule.render_needs or not rule.render_needs.isdisjoint(held))
+    )
 
 
 # Rules grouped by their `applies` predicate (None: every document or pod of the kind).
@@ -363,7 +389,9 @@ class _Dispatch:
         return found
 
 
-@lru_cache(maxsize=8)
+# Renders differ in the rules they need (`render_needs`) and settings in those they turn
+# off: a repository has a few such sets, each dispatched once.
+@lru_cache(maxsize=64)
 def _dispatch(rules: tuple[Rule, ...]) -> _Dispatch:
     def for_kind(scoped: list[Rule], kind: str) -> Grouped:
         groups: dict[Any, list[Rule]] = {}

@@ -44,6 +44,7 @@ class RenderIndex:
                 group = spec.get("group")
                 if isinstance(group, str) and isinstance(kind, str):
                     self._crds.setdefault((group, kind), doc)
+        self.kinds = frozenset(self._by_kind)
         self._of_kinds: dict[tuple[str, ...], list[Document]] = {}
         self._memo: dict[Any, Any] = {}
 

@@ -262,10 +262,9 @@ def _templates(doc: Document) -> Iterator[PodTemplate]:
     if not isinstance(spec, dict):
         return
     kind = doc.kind
-    group = doc.api_version.rpartition("/")[0]
     if kind == "Pod":
         yield PodTemplate(doc, "Pod", ("spec",), doc.metadata, spec, 1)
-    elif group == "batch.volcano.sh" and kind == "Job":
+    elif kind == "Job" and doc.api_version.rpartition("/")[0] == "batch.volcano.sh":
         for index, task in enumerate(dicts(spec.get("tasks"))):
             role = str(task.get("name", index))
             path = ("spec", "tasks", index, "template")
@@ -369,9 +368,10 @@ def is_int(value: Any) -> bool:
 
 def _template(
     doc: Document, role: str, path: tuple[Any, ...], template: Any, replicas: Any = None
-) -> Iterator[PodTemplate]:
+) -> tuple[PodTemplate, ...]:
+    """The pod template at `path` (none if it is not one); a tuple, for `yield from`."""
     if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
-        return
+        return ()
     metadata = mapping(template.get("metadata"))
     count = replicas if is_int(replicas) else None
-    yield PodTemplate(doc, role, (*path, "spec"), metadata, template["spec"], count)
+    return (PodTemplate(doc, role, (*path, "spec"), metadata, template["spec"], count),)
