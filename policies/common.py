@@ -96,9 +96,15 @@ def mounts_claims(pod: PodTemplate) -> bool:
     )
 
 
+# Resources every pod may ask for and none of them a device.
+PLAIN_RESOURCES = frozenset(("cpu", "memory", "ephemeral-storage"))
+
+
 @needs("resources")
 def requests_rdma(pod: PodTemplate) -> bool:
     """Pods with a container that requests an RDMA or SR-IOV device (`rdma_resources`)."""
+    if pod.resource_names <= PLAIN_RESOURCES:
+        return False
     return pod.memo(
         "rdma",
         lambda: any(is_rdma_resource(name) for name in pod.resource_names),

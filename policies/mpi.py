@@ -258,12 +258,15 @@ def _mpijob_owner(doc: Document) -> bool:
     template = spec.get("template") if isinstance(spec, dict) else None
     pod = template.get("spec") if isinstance(template, dict) else None
     containers = pod.get("containers") if isinstance(pod, dict) else None
-    return isinstance(containers, list) and any(
-        isinstance(c, dict)
-        and "training-operator" in str(c.get("image", ""))
-        and _image_name(c) == "training-operator"
-        for c in containers
-    )
+    if isinstance(containers, list):
+        for container in containers:
+            if (
+                isinstance(container, dict)
+                and "training-operator" in str(container.get("image", ""))
+                and _image_name(container) == "training-operator"
+            ):
+                return True
+    return False
 
 
 def _operators(ctx: Context) -> tuple[list[Document], list[Document]]:

@@ -177,6 +177,7 @@ def restricted(pod: PodTemplate) -> Iterator[str]:
     fix="Make the pod template meet the level (for RDMA run non-root without IPC_LOCK, with "
     "an unlimited memlock limit from the runtime), or run the jobs in a namespace whose level "
     "allows them; a PyTorchJob without a Master gets no init-pytorch.",
+    render_needs=("Namespace",),  # the level is a label of the pod's Namespace
 )
 def pod_security_level(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     level = _level(pod, ctx)

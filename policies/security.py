@@ -385,8 +385,11 @@ def capabilities(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 )
 def host_ports(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for key, index, container in pod.all_containers:
-        for position, port in enumerate(dicts(container.get("ports"))):
-            if port.get("hostPort") not in (None, 0):
+        ports = container.get("ports")
+        if not isinstance(ports, list):
+            continue
+        for position, port in enumerate(ports):
+            if isinstance(port, dict) and port.get("hostPort") not in (None, 0):
                 yield Violation(
                     f"container {container.get('name')} binds hostPort {port.get('hostPort')}",
                     (*pod.path, key, index, "ports", position, "hostPort"),

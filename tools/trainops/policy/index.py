@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from trainops.model import Document
+from trainops.model import Document, computed_once
 
 CRD = "CustomResourceDefinition"
 
@@ -24,16 +24,16 @@ class RenderIndex:
 
     def __init__(self, documents: Iterable[Document], platform: Iterable[Document] = ()):
         self.documents = list(documents)  # the target's own: what the engine checks
-        own = {doc.resource_id for doc in self.documents}
-        self.everything = self.documents + [d for d in platform if d.resource_id not in own]
-        self._position = {id(doc): i for i, doc in enumerate(self.everything)}
+        self.everything = self.documents
+        platform = list(platform)
+        if platform:
+            own = {doc.resource_id for doc in self.documents}
+            self.everything = self.documents + [d for d in platform if d.resource_id not in own]
         self._by_kind: dict[str, list[Document]] = defaultdict(list)
         self._by_name: dict[tuple[str, str], list[Document]] = defaultdict(list)
-        self._by_namespace: dict[str, list[Document]] = defaultdict(list)
         for doc in self.everything:
             self._by_kind[doc.kind].append(doc)
             self._by_name[(doc.kind, doc.name)].append(doc)
-            self._by_namespace[doc.namespace or "default"].append(doc)
         self._crds: dict[tuple[str, str], Document] = {}
         for doc in self.documents:
             if doc.kind == CRD:
@@ -58,7 +58,8 @@ class RenderIndex:
                 merged = [
                     doc for kind in dict.fromkeys(kinds) for doc in self._by_kind.get(kind, [])
                 ]
-                found = sorted(merged, key=lambda doc: self._position[id(doc)])
+                position = self._position
+                found = sorted(merged, key=lambda doc: position[id(doc)])
             self._of_kinds[kinds] = found
         return found
 
@@ -72,6 +73,18 @@ class RenderIndex:
     def in_namespace(self, namespace: str) -> list[Document]:
         """Documents whose namespace (or "default" when unset) is `namespace`."""
         return self._by_namespace.get(namespace, [])
+
+    # Most renders never ask for these two: built on first use.
+    @computed_once
+    def _position(self) -> dict[int, int]:
+        return {id(doc): i for i, doc in enumerate(self.everything)}
+
+    @computed_once
+    def _by_namespace(self) -> dict[str, list[Document]]:
+        found: dict[str, list[Document]] = defaultdict(list)
+        for doc in self.everything:
+            found[doc.namespace or "default"].append(doc)
+        return found
 
     def crd(self, group: str, kind: str) -> Document | None:
         """The CRD of `group`/`kind` in the target's own documents (not the platform's)."""
