@@ -9,6 +9,7 @@ parameters. Rules ask for the words a launcher sees, a flag's value in either
 from __future__ import annotations
 
 import shlex
+from functools import lru_cache
 from typing import Any
 
 from trainops.policy.pods import argv
@@ -65,6 +66,22 @@ def runs_shell(container: dict[str, Any]) -> bool:
     return len(words) > start and program(words[start]) in SHELLS
 
 
+# Several rules read the words of every script, and a render's pods share a few scripts:
+# each is split once. Longer scripts (rare; any size in hostile input) are not kept.
+CACHED_SCRIPT_CHARS = 16_384
+
+
+def _split(text: str) -> tuple[str, ...]:
+    text = text.replace("\\\n", " ")  # a shell joins a line ending in a backslash to the next
+    try:
+        return tuple(shlex.split(text, comments=True))
+    except ValueError:
+        return tuple(text.split())
+
+
+_split_cached = lru_cache(maxsize=512)(_split)
+
+
 def words(container: dict[str, Any]) -> list[str]:
     """The words a launcher sees: argv, or a shell script split the way a shell would
     (quotes honoured; a script that does not parse is split on blanks)."""
@@ -72,11 +89,7 @@ def words(container: dict[str, Any]) -> list[str]:
     if script is None:
         return argv(container)
     index, text = script
-    text = text.replace("\\\n", " ")  # a shell joins a line ending in a backslash to the next
-    try:
-        split = shlex.split(text, comments=True)
-    except ValueError:
-        split = text.split()
+    split = _split_cached(text) if len(text) <= CACHED_SCRIPT_CHARS else _split(text)
     return [*split, *argv(container)[index + 2 :]]
 
 
