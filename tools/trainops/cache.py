@@ -74,6 +74,10 @@ class Cache:
         finally:
             os.close(fd)
 
+    def has(self, namespace: str, key: str) -> bool:
+        """Whether an entry is there (`get` may still find it unreadable: a miss)."""
+        return self.root is not None and os.path.isfile(self._path(namespace, key))
+
     def put(self, namespace: str, key: str, data: bytes) -> None:
         if self.root is None or len(data) > MAX_ENTRY_BYTES:
             return

@@ -210,6 +210,7 @@ class Validation:
         renders at a time, not the whole repository. Raises the first InputError in
         job order, after every render has finished.
         """
+        self.renderer.expect([job.plan for job in jobs])
         first_error: InputError | None = None
         reports: list[TargetReport] = []
         platforms: dict[str, list[Document]] = {}

@@ -3,16 +3,21 @@
 A kustomization is built by the real kustomize. When it lists remote
 resources, the build runs on a staged copy whose kustomizations point at the
 mirror instead; remotes the mirror lacks are left out and reported as
-warnings, so an offline CI still validates everything else.
+warnings, so an offline CI still validates everything else. Sibling
+kustomizations announced together (`Renderer.expect`: an overlay's runs, its
+templates) share kustomize processes where their outputs cannot differ for it
+(render/batch.py).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sys
 import tempfile
+import threading
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -22,7 +27,7 @@ from pathlib import Path
 from trainops.cache import Cache, FileHasher, code_fingerprint, digest
 from trainops.errors import InputError
 from trainops.model import WARNING, Document, Finding, Target
-from trainops.render import helm, kustomize
+from trainops.render import batch, helm, kustomize
 from trainops.render.discover import display_path
 from trainops.render.inputs import InputGraph, RemoteUse, collect_inputs
 from trainops.render.origin import strip_origins
@@ -71,11 +76,58 @@ class Renderer:
         self.hash_file = FileHasher()
         self._mirror = options.mirror.resolve() if options.mirror else None
         self.jobs = options.jobs or os.cpu_count() or 1
+        self._shared: dict[str, _SharedBuild] = {}  # plan key -> its shared build
+        self._shared_lock = threading.Lock()
 
     def render(self, targets: list[Target]) -> list[RenderResult]:
         """Render every target; raise the first InputError (in target order)."""
         plans = self.plan(targets)
+        self.expect(plans)
         return run_parallel(self.render_plan, plans, self.jobs)
+
+    def expect(self, plans: list[Plan]) -> None:
+        """Announce the plans about to be rendered, in the order they will be.
+
+        Kustomizations missing from the cache that may share a kustomize process
+        (batch.shareable) are grouped with their siblings (same parent directory,
+        sortOptions and OpenAPI schema), at most batch.MAX_SLOTS to a group and at least `jobs`
+        groups where there are enough, interleaved so that threads rendering
+        consecutive plans build different groups. A group is built when the first
+        of its plans is rendered.
+        """
+        siblings: dict[tuple[Path, str, str], dict[str, InputGraph]] = {}
+        seen: set[str] = set()
+        with self._shared_lock:
+            for plan in plans:
+                graph = plan.inputs
+                if graph is None or plan.key in self._shared or plan.key in seen:
+                    continue
+                seen.add(plan.key)
+                if self.cache.has("render", plan.key) or not batch.shareable(graph):
+                    continue
+                sort = json.dumps(kustomize.sort_options(graph.root), sort_keys=True)
+                schema = self._schema_identity(graph)
+                siblings.setdefault((graph.root.parent, sort, schema), {})[plan.key] = graph
+            for members in siblings.values():
+                keys = list(members)
+                count = max(math.ceil(len(keys) / batch.MAX_SLOTS), min(self.jobs, len(keys) // 2))
+                for number in range(count):
+                    group = {key: members[key] for key in keys[number::count]}
+                    if len(group) > 1:
+                        build = _SharedBuild(group, self.options.allow_network)
+                        self._shared.update(dict.fromkeys(group, build))
+
+    def _schema_identity(self, graph: InputGraph) -> str:
+        if graph.schema is None:
+            return ""
+        kind, value = graph.schema
+        return f"file:{self.hash_file(Path(value))}" if kind == "path" else f"{kind}:{value}"
+
+    def _shared_text(self, key: str) -> str | None:
+        """The output of plan `key` from its shared build; None: build it alone."""
+        with self._shared_lock:
+            build = self._shared.pop(key, None)
+        return build.text_of(key) if build is not None else None
 
     def plan(self, targets: list[Target]) -> list[Plan]:
         """Collect inputs and content keys, without rendering anything."""
@@ -115,7 +167,11 @@ class Renderer:
         if cached is not None:
             text, findings = cached
         else:
-            text, findings = self._build(plan.inputs, target.path)
+            shared = self._shared_text(plan.key)
+            if shared is not None:
+                text, findings = shared, []
+            else:
+                text, findings = self._build(plan.inputs, target.path)
             if self.cache.enabled:
                 entry = {"text": text, "findings": [f.to_cache() for f in findings]}
                 self.cache.put("render", plan.key, json.dumps(entry).encode())
@@ -226,6 +282,25 @@ class Renderer:
             except InputError as exc:
                 exc.message = exc.message.replace(str(stage), str(root))
                 raise
+
+
+class _SharedBuild:
+    """Kustomizations built in one kustomize process, on the first request for one."""
+
+    def __init__(self, graphs: dict[str, InputGraph], allow_network: bool):
+        self._graphs = graphs
+        self._allow_network = allow_network
+        self._texts: dict[str, str | None] | None = None
+        self._lock = threading.Lock()
+
+    def text_of(self, key: str) -> str | None:
+        with self._lock:
+            if self._texts is None:
+                keys = list(self._graphs)
+                texts = batch.build_together(list(self._graphs.values()), self._allow_network)
+                self._texts = dict(zip(keys, texts, strict=True))
+                self._graphs = {}
+            return self._texts.pop(key, None)
 
 
 def _relative_to(root: Path):

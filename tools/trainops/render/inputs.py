@@ -30,8 +30,28 @@ from trainops.render.discover import kustomization_file
 from trainops.render.remote import RemoteRef, is_remote, parse_remote, resolve_in_mirror
 from trainops.yamlio import load_yaml_mapping, locate, read_text
 
-# Fields whose entries are kustomization directories (or, for resources, files).
-_REFERENCE_LISTS = ("resources", "components", "bases")
+# Fields whose entries are kustomization directories (or, for resources, files), in
+# the order kustomize accumulates them: resources (bases count as resources), then
+# the generators run, then components, then the transformers.
+_RESOURCE_LISTS = ("resources", "bases")
+_COMPONENT_LISTS = ("components",)
+_GENERATOR_FIELDS = frozenset({"configMapGenerator", "secretGenerator"})
+_TRANSFORMER_FIELDS = frozenset(
+    {
+        "patches",
+        "patchesStrategicMerge",
+        "patchesJson6902",
+        "images",
+        "namespace",
+        "namePrefix",
+        "nameSuffix",
+        "labels",
+        "commonLabels",
+        "commonAnnotations",
+        "replicas",
+        "replacements",
+    }
+)
 # Fields whose entries are plugin configs: a file, a kustomization directory, or inline YAML.
 _PLUGIN_LISTS = ("generators", "transformers", "validators")
 _PATH_LISTS = ("patchesStrategicMerge", "crds", "configurations")
@@ -68,6 +88,15 @@ class InputGraph:
     # when the build cannot follow them (a link out of the repository).
     links: dict[Path, str] = field(default_factory=dict)
     size: int = 0
+    # The top-level fields any of its kustomizations sets, and the kind of the root
+    # one: what decides whether it may share a kustomize process (render/batch.py).
+    fields: set[str] = field(default_factory=set)
+    root_kind: str = "Kustomization"
+    # kustomize takes the first `openapi` setting it meets for the whole process: the
+    # schema file (or built-in version) of that first one, and whether any generator
+    # or transformer ran before it was met (with the built-in schema).
+    schema: tuple[str, str] | None = None
+    transformed_before_schema: bool = False
 
 
 def repository_root(directory: Path) -> Path:
@@ -119,9 +148,21 @@ class _Walk:
         self.tree(directory, kfile)
         text = read_text(kfile)
         spec = load_yaml_mapping(text, str(kfile))
-        for field_name in _REFERENCE_LISTS:
+        if len(self.graph.kustomizations) == 1:
+            self.graph.root_kind = str(spec.get("kind") or "Kustomization")
+        self.graph.fields.update(str(key) for key in spec)
+        if "openapi" in spec and self.graph.schema is None:
+            self.graph.schema = _schema_setting(directory, spec["openapi"])
+        for field_name in _RESOURCE_LISTS:
             for index, entry in _indexed_strings(spec, field_name):
                 self.reference(directory, kfile, text, field_name, index, entry)
+        if not _GENERATOR_FIELDS.isdisjoint(spec):
+            self.transformation()
+        for field_name in _COMPONENT_LISTS:
+            for index, entry in _indexed_strings(spec, field_name):
+                self.reference(directory, kfile, text, field_name, index, entry)
+        if not _TRANSFORMER_FIELDS.isdisjoint(spec):
+            self.transformation()
         for field_name in _PLUGIN_LISTS:
             for index, entry in _indexed_strings(spec, field_name):
                 if "\n" not in entry:  # one line: a path; several: an inline config
@@ -136,6 +177,10 @@ class _Walk:
                 path = entry.get("path") if isinstance(entry, dict) else None
                 if isinstance(path, str):
                     self.local_path(directory, kfile, text, field_name, index, path, key="path")
+
+    def transformation(self) -> None:
+        if self.graph.schema is None:
+            self.graph.transformed_before_schema = True
 
     def reference(
         self, directory: Path, kfile: Path, text: str, field_name: str, index: int, entry: str
@@ -255,6 +300,21 @@ def collect_inputs(directory: Path, mirror: Path | None) -> InputGraph:
     graph = InputGraph(root=root)
     _Walk(graph, mirror, repository_root(root)).kustomization(root)
     return graph
+
+
+def _schema_setting(directory: Path, openapi: Any) -> tuple[str, str]:
+    """What an `openapi` field sets: ("path", the schema file) or ("version", a built-in
+    one); ("unknown", "") when kustomize would read it otherwise or fail on it."""
+    if isinstance(openapi, dict):
+        path, version = openapi.get("path"), openapi.get("version")
+        if isinstance(path, str) and version is None:
+            try:
+                return ("path", str((directory / path).resolve(strict=True)))
+            except (OSError, RuntimeError):
+                return ("unknown", "")
+        if isinstance(version, str) and path is None:
+            return ("version", version)
+    return ("unknown", "")
 
 
 def _resolve(path: Path, where: Callable[[], tuple[str, int | None]]) -> Path:

@@ -24,6 +24,8 @@ from trainops.render.discover import kustomization_file
 from trainops.yamlio import load_yaml_mapping
 
 BUILD_TIMEOUT_SECONDS = 600
+# What every build records: the file each object came from and who changed it.
+BUILD_METADATA = ["originAnnotations", "transformerAnnotations"]
 _KLOG_ERR = re.compile(r'err="((?:[^"\\]|\\.)*)"')
 _KLOG_PREFIX = re.compile(r"^[EWIF]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] ")
 
@@ -59,23 +61,23 @@ def build(
     annotations, their local paths passed through `origin_paths` as absolute paths.
     """
     if origin_paths is None:
-        return _run(directory, shown, allow_network)
+        return run(directory, shown, allow_network)
     with tempfile.TemporaryDirectory(prefix="trainops-origin-") as tmp:
         wrapper = Path(tmp)
         spec: dict = {
             "resources": [os.path.relpath(directory, wrapper)],
-            "buildMetadata": ["originAnnotations", "transformerAnnotations"],
+            "buildMetadata": BUILD_METADATA,
         }
         # kustomize honours sortOptions only in the kustomization it builds.
-        if (sort := _sort_options(directory)) is not None:
+        if (sort := sort_options(directory)) is not None:
             spec["sortOptions"] = sort
         (wrapper / "kustomization.yaml").write_text(json.dumps(spec))
         try:
-            text = _run(wrapper, shown, allow_network)
+            text = run(wrapper, shown, allow_network)
         except InputError:
             # The plain build words its error without the wrapper's layer; should it
             # succeed, its output stands, with findings placed on the target alone.
-            return _run(directory, shown, allow_network)
+            return run(directory, shown, allow_network)
         return rewrite_origin_paths(
             text, lambda path: origin_paths(os.path.normpath(wrapper / path))
         )
@@ -101,7 +103,8 @@ def rewrite_origin_paths(text: str, function: Callable[[str], str]) -> str:
     return _ANNOTATION_BLOCK.sub(block, text)
 
 
-def _sort_options(directory: Path) -> object | None:
+def sort_options(directory: Path) -> object | None:
+    """The sortOptions of the kustomization in `directory` (None when unset or unreadable)."""
     kfile = kustomization_file(directory)
     if kfile is None:
         return None
@@ -111,7 +114,8 @@ def _sort_options(directory: Path) -> object | None:
         return None  # kustomize itself reports the broken file
 
 
-def _run(directory: Path, shown: str, allow_network: bool) -> str:
+def run(directory: Path, shown: str, allow_network: bool) -> str:
+    """`kustomize build directory`'s output; an InputError names `shown`."""
     command = [*kustomize_command(), str(directory)]
     env = dict(os.environ)
     # kustomize is a short-lived Go process whose builds here are dominated by
