@@ -20,12 +20,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def shared_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
+    """One render cache for every test process of the run (xdist's workers share the
+    run's temporary root): entries are keyed by content and written atomically, so a
+    render one worker made serves the others, whichever finishes first."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    cache = root / "render-cache"
+    cache.mkdir(exist_ok=True)
+    return cache
 
 
 @pytest.fixture
 def cache_dir(request: pytest.FixtureRequest, tmp_path: Path, shared_cache_dir: Path) -> Path:
-    """The render cache the CLI uses: one per test process unless the test is `own_cache`.
+    """The render cache the CLI uses: one per test run unless the test is `own_cache`.
 
     Entries are keyed by everything a render reads (relative paths, file contents, the
     kustomize binary, the toolkit's code), so a workspace copied from the repository

@@ -91,19 +91,19 @@ def runs(root: Path, count: int, extra: dict[int, str] | None = None) -> list[Pa
 
 
 def test_the_repository_renders_the_same_shared_as_alone():
-    """Every kustomization of overlays/ and base/: the templates and runs share builds,
-    and each output is byte for byte its own build's (origins, transformations, order)."""
-    targets = [t for t in discover(["overlays", "base"]) if t.kind == "kustomization"]
+    """Every kustomization of overlays/ and base/training: the templates and runs share
+    builds, and each output is byte for byte its own build's (origins, transformations,
+    order)."""
+    targets = [
+        t for t in discover(["overlays", "base/training"]) if t.kind == "kustomization"
+    ]
     paths = [REPO / t.path if not Path(t.path).is_absolute() else Path(t.path) for t in targets]
     renderer = Renderer(RenderOptions(mirror=MIRROR, jobs=1))
     plans = renderer.plan([Target("kustomization", str(p)) for p in paths])
     renderer.expect(plans)
     texts = {p.target.path: renderer._shared_text(p.key) for p in plans}
     shared = {path: text for path, text in texts.items() if text is not None}
-    # The templates and runs of the overlays share builds; base/networks' variants of
-    # one NetworkAttachmentDefinition cannot (the same object twice), so build alone.
     assert len(shared) >= 20
-    assert texts[str(REPO / "base" / "networks" / "macvlan")] is None
     for path, text in shared.items():
         assert "batch-slot" not in text
         assert text == alone(Path(path)), path
@@ -232,6 +232,13 @@ def test_a_schema_met_after_a_transformation_is_never_shared(tmp_path: Path):
     after = collect_inputs(tmp_path / "runs" / "labelled", MIRROR)
     assert first.schema == after.schema == ("version", "v1.21.2")
     assert batch.shareable(first) and not batch.shareable(after)
+
+
+def test_kustomizations_holding_the_same_object_are_built_alone():
+    """base/networks' variants of one NetworkAttachmentDefinition: built together, the
+    same object twice fails the shared build, and each is built alone."""
+    paths = [REPO / "base" / "networks" / name for name in ("macvlan", "host-device")]
+    assert batch.build_together(graphs(paths)) == [None, None]
 
 
 def test_a_component_is_never_shared(tmp_path: Path):

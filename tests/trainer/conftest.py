@@ -74,13 +74,16 @@ def trainer_env(**extra: str) -> dict:
 RUN_LIMIT = 300
 
 
-def launch_command(*args: str, nproc: int = 2, module: str = "trainer") -> list[str]:
+def launch_command(
+    *args: str, nproc: int = 2, module: str = "trainer", torchrun: tuple[str, ...] = ()
+) -> list[str]:
     return [
         sys.executable,
         "-m",
         "trainer.launch",
         "--standalone",
         f"--nproc_per_node={nproc}",
+        *torchrun,
         "--module",
         module,
         *args,
@@ -93,10 +96,11 @@ def launch(
     timeout: float = RUN_LIMIT,
     env: dict | None = None,
     module: str = "trainer",
+    torchrun: tuple[str, ...] = (),
 ) -> TrainerRun:
     # A session of its own: on a timeout the launcher and every rank are killed together.
     process = subprocess.Popen(
-        launch_command(*args, nproc=nproc, module=module),
+        launch_command(*args, nproc=nproc, module=module, torchrun=torchrun),
         env=env or trainer_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

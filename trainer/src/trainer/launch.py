@@ -23,6 +23,10 @@ however many more signals arrive meanwhile: set the timeout below the pod's
 `terminationGracePeriodSeconds`. When a watchdog fired, the hang report the workers
 wrote (`trainer.hangreport`) is printed. Retryable failures are bounded per node by
 `trainer.retries`.
+
+The reference trainer's workers start warm (`trainer.warmstart`): forked from a
+process that has imported torch and the trainer already, where that makes no
+difference but the time.
 """
 
 from __future__ import annotations
@@ -39,8 +43,9 @@ from argparse import Namespace
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from trainer import hangreport
+from trainer import hangreport, warmstart
 from trainer.errors import ExitCode
 from trainer.failures import (
     BUILTIN_PATTERNS,
@@ -57,9 +62,12 @@ from trainer.failures import (
 )
 from trainer.retries import BudgetError, RetryBudget, budget_for
 from trainer.supervise import FORWARDED, starts_its_own_workers, supervise
-from trainer.workerlogs import LineTail, WorkerStderr
+
+if TYPE_CHECKING:
+    from trainer.workerlogs import LineTail
 
 WAIT_FOR_ENV = "TRAINER_WAIT_FOR_FILE"  # written last by the run's data preparation
+SHARED_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 LOGS_SPECS = "trainer-launch"  # the name of trainer.workerlogs.WorkerStderr for torchrun
 _DEFAULT_SHUTDOWN_TIMEOUT = 30
 _TAIL_WAIT = 10.0  # seconds for a dead worker's children to close the stderr it left them
@@ -268,6 +276,15 @@ def run_workers(args: Namespace, patterns: Sequence[Pattern]) -> Ending | None:
     def stop(signum: int, frame: object) -> None:
         raise SignalException(f"trainer-launch got signal {signum}", sigval=signal.Signals(signum))
 
+    # By default torchrun's rendezvous shares one TCP store with the workers' process
+    # groups for every round: after a restart (--max-restarts, an elastic job's
+    # maxRestarts) a worker can read the address its predecessor published and fail to
+    # connect, or wait forever (pytorch/pytorch#135712, #167288). A store per round
+    # does not; set it to 0 to share anyway.
+    os.environ.setdefault(SHARED_STORE_ENV, "1")
+    # Forked now, while this process has one thread: torchrun starts threads of its own.
+    zygote = warmstart.Zygote.fork() if _runs_the_trainer(args) else None
+
     # torchrun installs the same once its workers start; before that (in rendezvous)
     # the launcher, the pod's PID 1, would otherwise ignore SIGTERM.
     for sig in FORWARDED:
@@ -283,7 +300,8 @@ def run_workers(args: Namespace, patterns: Sequence[Pattern]) -> Ending | None:
         grace = shutdown_timeout(args)
         failures = None
         try:
-            run(args)
+            with warmstart.warm_workers(zygote):
+                run(args)
             ending = None
         except ChildFailedError as error:
             stopping.install()
@@ -315,10 +333,23 @@ def run_workers(args: Namespace, patterns: Sequence[Pattern]) -> Ending | None:
     return ending
 
 
+def _runs_the_trainer(args: Namespace) -> bool:
+    """Whether torchrun runs `python -u -m trainer` of this interpreter (warm-startable)."""
+    return (
+        bool(args.module)
+        and not args.no_python
+        and not getattr(args, "run_path", False)
+        and args.training_script == "trainer"
+        and os.environ.get("PYTHON_EXEC", sys.executable) == sys.executable
+    )
+
+
 def _drain_worker_stderr() -> dict[int, LineTail]:
     """Until every worker's stderr has ended, bounded: on every way out (success, a
     failure, a signal to the launcher), a worker's last lines are passed on before the
     launcher says anything more or exits; the tails by local rank."""
+    from trainer.workerlogs import WorkerStderr
+
     logs = WorkerStderr.active
     tails = logs.tails if logs is not None else {}
     deadline = time.monotonic() + _TAIL_WAIT
@@ -382,8 +413,30 @@ def _record(action):
         return None
 
 
+def one_thread_per_worker(argv: Sequence[str], environ: dict) -> None:
+    """Set OMP_NUM_THREADS=1 where torchrun would set it for the workers anyway.
+
+    torchrun does so when it starts more than one worker per node and the variable is
+    unset, but only after torch is imported; set before, it also keeps this process to
+    one thread (OpenMP and BLAS start no pools), which warm starts need. Only a count
+    given as a number is read here (`--nproc-per-node N`, PET_NPROC_PER_NODE).
+    """
+    if "OMP_NUM_THREADS" in environ:
+        return
+    given = environ.get("PET_NPROC_PER_NODE")
+    for index, token in enumerate(argv):
+        if token == "--":
+            break
+        name, equals, value = token.partition("=")
+        if name in ("--nproc-per-node", "--nproc_per_node"):
+            given = value if equals else (argv[index + 1] if index + 1 < len(argv) else None)
+    if given is not None and given.isdigit() and int(given) > 1:
+        environ["OMP_NUM_THREADS"] = "1"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    one_thread_per_worker(argv, os.environ)
     try:
         patterns = [*run_patterns(os.environ), *BUILTIN_PATTERNS]
         budget = budget_for(os.environ)

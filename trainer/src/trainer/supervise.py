@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trainer.failures import Ending, Pattern, classify_output, killed_by, oom_kills
-from trainer.workerlogs import LineTail
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 _LAUNCHERS = {"torchrun", "accelerate", "deepspeed", "mpirun", "mpiexec", "srun"}
@@ -63,6 +62,8 @@ def supervise(command: Sequence[str], patterns: Sequence[Pattern]) -> Outcome:
         received.append(signum)
         if process.poll() is None:
             process.send_signal(signum)
+
+    from trainer.workerlogs import LineTail  # imports torch: only when it runs
 
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     tail = LineTail(sys.stderr.buffer)

@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from trainer import distributed, parallel, plugins, transport
+from trainer import distributed, parallel, plugins, transport, warmstart
 from trainer.checkpoint import (
     CHECKPOINT_ERRORS,
     Checkpointer,
@@ -316,6 +316,7 @@ class Trainer:
             resumed_from=self.resumed_from,
             world_size=self.world,
             launcher=self.topo.launcher,
+            warm_start=warmstart.STARTED_WARM,
             backend=self.topo.backend,
             device=str(self.device),
             model=config.model.name,
