@@ -94,9 +94,7 @@ def test_the_repository_renders_the_same_shared_as_alone():
     """Every kustomization of overlays/ and base/training: the templates and runs share
     builds, and each output is byte for byte its own build's (origins, transformations,
     order)."""
-    targets = [
-        t for t in discover(["overlays", "base/training"]) if t.kind == "kustomization"
-    ]
+    targets = [t for t in discover(["overlays", "base/training"]) if t.kind == "kustomization"]
     paths = [REPO / t.path if not Path(t.path).is_absolute() else Path(t.path) for t in targets]
     renderer = Renderer(RenderOptions(mirror=MIRROR, jobs=1))
     plans = renderer.plan([Target("kustomization", str(p)) for p in paths])
