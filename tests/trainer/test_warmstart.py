@@ -8,6 +8,7 @@ what a worker looks like from outside: its command line, parent, session, signal
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -62,11 +63,29 @@ def _workers(launcher: int) -> list[int]:
     return sorted(p for p in child_pids(launcher) if " -u -m trainer " in _command_line(p))
 
 
-def _look_at_running_workers(tmp_path: Path, env: dict) -> list[dict]:
+# Starts the rest of its arguments with SIGHUP and SIGQUIT ignored, as nohup or a
+# non-interactive shell's background job would.
+IGNORING = (
+    "import os, signal, sys\n"
+    "for sig in (signal.SIGHUP, signal.SIGQUIT):\n"
+    "    signal.signal(sig, signal.SIG_IGN)\n"
+    "os.execv(sys.argv[1], sys.argv[1:])\n"
+)
+# glibc's own signals (32, 33), which Python cannot see or set.
+_VALID = sum(1 << (int(sig) - 1) for sig in signal.valid_signals())
+
+
+def _mask(text: str) -> int:
+    return int(text, 16) & _VALID
+
+
+def _look_at_running_workers(tmp_path: Path, env: dict, ignoring: bool) -> list[dict]:
     """Start a long run, and once it trains, what /proc says of its two workers."""
     tmp_path.mkdir()
     stderr = tmp_path / "stderr"
     command = launch_command(*LONG, "--checkpoint-dir", str(tmp_path / "ckpt"))
+    if ignoring:
+        command = [sys.executable, "-c", IGNORING, *command]
     with running(command, stderr, env=env) as process:
         while '"event": "step"' not in (line := process.stdout.readline()):
             assert line, stderr.read_text()
@@ -79,17 +98,24 @@ def _look_at_running_workers(tmp_path: Path, env: dict) -> list[dict]:
                     "command": _command_line(pid),
                     "own session": os.getsid(pid) == pid,
                     # Signals the worker ignores and catches: its handlers, as installed.
-                    "ignored": status["SigIgn"],
-                    "caught": status["SigCgt"],
+                    "ignored": _mask(status["SigIgn"]),
+                    "caught": _mask(status["SigCgt"]),
+                    "blocked": _mask(status["SigBlk"]),
+                    "umask": status.get("Umask"),
                 }
             )
             assert int(status["PPid"]) == process.pid
         return seen
 
 
-def test_a_warm_worker_looks_like_a_fresh_one_from_outside(tmp_path):
-    warm = _look_at_running_workers(tmp_path / "warm", trainer_env())
-    cold = _look_at_running_workers(tmp_path / "cold", trainer_env(TRAINER_WARM_START="0"))
+@pytest.mark.parametrize("ignoring", [False, True], ids=["plain", "signals-ignored"])
+def test_a_warm_worker_looks_like_a_fresh_one_from_outside(tmp_path, ignoring):
+    """Signals a launcher was started ignoring stay ignored in a fresh worker unless
+    torchrun handles them (exec drops a handler): a warm worker's must be the same."""
+    warm = _look_at_running_workers(tmp_path / "warm", trainer_env(), ignoring)
+    cold = _look_at_running_workers(
+        tmp_path / "cold", trainer_env(TRAINER_WARM_START="0"), ignoring
+    )
     for worker in warm + cold:
         assert worker["own session"]
     for worker in warm:  # the same command, up to the checkpoint directory of each run

@@ -13,7 +13,8 @@ child subreaper), in a session of its own, with the stdout and stderr torchrun o
 for it, the environment torchrun gave it, and exit codes and signals as usual
 (`WarmProcess` is the `Popen` torchrun polls, waits for and signals). The worker's
 interpreter state is a fresh one's: argv and the command line `ps` shows, `__main__`
-(`runpy`, as `-m` does), unbuffered standard streams (`-u`), default signal handlers,
+(`runpy`, as `-m` does), unbuffered standard streams (`-u`), the signal dispositions a
+process the launcher started now would have,
 reseeded `random` and numpy generators, and at its end the non-daemon threads are
 joined and atexit handlers run, as at exit.
 
@@ -170,6 +171,9 @@ class Zygote:
             "cwd": os.getcwd(),
             "stdout": stdout is not None,
             "stderr": stderr is not None,
+            # A new process keeps the signals its parent ignores when it starts it
+            # (nohup's SIGHUP, a shell's SIGQUIT), not the ones ignored at the fork.
+            "ignored": [int(s) for s in signal.valid_signals() if _ignored(s)],
         }
         body = json.dumps(request).encode()
         with self._lock:
@@ -344,10 +348,7 @@ def _become_worker(request: dict, fds: list[int], channel: socket.socket) -> Non
         for fd in fds:
             os.close(fd)
         os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
-        for sig in signal.valid_signals():
-            if callable(signal.getsignal(sig)):
-                signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _fresh_signals(set(request["ignored"]))
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -373,6 +374,36 @@ def _become_worker(request: dict, fds: list[int], channel: socket.socket) -> Non
             with contextlib.suppress(BaseException):
                 stream.flush()
         os._exit(code)
+
+
+def _ignored(sig: int) -> bool:
+    try:
+        return signal.getsignal(sig) == signal.SIG_IGN
+    except (OSError, ValueError):
+        return False
+
+
+def _fresh_signals(ignored: set[int]) -> None:
+    """The dispositions a new `python` started by the launcher now would have: the
+    launcher's ignored signals still ignored, its handlers back to the default (exec
+    drops them), a handler installed by a C library while importing kept; then what
+    Python does as it starts: SIGPIPE and SIGXFSZ ignored, SIGINT raises
+    KeyboardInterrupt unless it is ignored."""
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            current = signal.getsignal(sig)
+            if sig in ignored:
+                signal.signal(sig, signal.SIG_IGN)
+            elif current == signal.SIG_IGN or callable(current):
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            continue
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    if signal.SIGINT not in ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _run_module() -> int:
