@@ -286,3 +286,40 @@ def test_the_runbooks_restart_table_matches_the_classifier():
     assert code == str(int(ExitCode.RETRIES_EXHAUSTED)) and policy.startswith("fails")
     assert table["killed by a signal"][0] == "128+N" and table["the program's own"][0] == "2-127"
     assert len(table) == len(failures.NAMED) + 3
+
+
+class _Exited(Exception):
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+def test_a_peer_lost_before_training_is_one_line_not_a_traceback(monkeypatch, capfd):
+    """A rank that fails while the ranks still connect makes its peers' connect fail:
+    their stderr must not read like the cause (the failing rank's own line does)."""
+    from trainer import train
+    from trainer.cli import read_command_line
+
+    def connecting(self):
+        raise RuntimeError(
+            "Gloo connectFullMesh failed with [pair.cc:553] Connection closed by peer "
+            "[127.0.0.1]:18328. This is typically caused by a remote worker crashing."
+        )
+
+    def hard_exit(code):
+        raise _Exited(int(code))
+
+    monkeypatch.setattr(train.Trainer, "setup", connecting)
+    monkeypatch.setattr(train, "_hard_exit", hard_exit)
+    config, _ = read_command_line(["--model", "mlp", "--max-steps", "1"], env={})
+    with pytest.raises(_Exited) as exited:
+        train.run(config)
+    assert exited.value.code == ExitCode.PEER_LOST
+    err = capfd.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [line for line in err.splitlines() if "another rank went away" in line]
+    assert line == (
+        "trainer[rank 0] another rank went away before training began (builtins.RuntimeError: "
+        "Gloo connectFullMesh failed with [pair.cc:553] Connection closed by peer "
+        "[127.0.0.1]:18328): exiting 201"
+    )

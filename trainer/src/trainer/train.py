@@ -117,6 +117,10 @@ class Trainer:
         # 0's one-line error was never printed.
         plugin_dataset = plugins.is_import_path(config.data.dataset)
         dataset = None if plugin_dataset else load_dataset(config.data, config.model.name)
+        # So is a batch the world size cannot split, which the launcher's variables tell.
+        self.accumulation = parallel.accumulation_steps(
+            config.parallel, config.data.batch_size, distributed.detect().world_size
+        )
         self.topo = topo = distributed.initialize(
             config.device, config.collective_timeout, config.checkpoint.directory
         )
@@ -128,9 +132,6 @@ class Trainer:
             dataset = plugins.resolve("dataset", config.data.dataset)(config.data)
         self.dataset = dataset
         self.order = SampleOrder(len(self.dataset), config.seed)
-        self.accumulation = parallel.accumulation_steps(
-            config.parallel, config.data.batch_size, self.world
-        )
         self.global_batch = config.data.batch_size * self.world * self.accumulation
         self.loader = BatchLoader(
             self.dataset,
@@ -751,6 +752,13 @@ def _hard_exit(code: int) -> None:
     os._exit(int(code))
 
 
+def _rank_or_unknown() -> int | str:
+    try:
+        return distributed.detect().rank
+    except TrainerError:
+        return "?"
+
+
 def run(config: TrainConfig) -> int:
     trainer = Trainer(config)
     try:
@@ -771,7 +779,19 @@ def run(config: TrainConfig) -> int:
                 ExitCode(cause.code), cause.id.replace("-", " "), peers_gone=evidence
             )
         trainer.watchdog.join_report("an error")
-        traceback.print_exc()
+        if cause is PEER_LOST and not hasattr(trainer, "progress"):
+            # A peer left while the ranks were still connecting (logging is not set up
+            # yet): its own message says why, and a traceback here would read like the
+            # cause.
+            first = evidence.split(". ")[0][:300]
+            print(
+                f"trainer[rank {_rank_or_unknown()}] another rank went away before training "
+                f"began ({first}): exiting {cause.code}",
+                file=sys.stderr,
+                flush=True,
+            )
+        else:
+            traceback.print_exc()
         code = cause.code
     _hard_exit(code)
     return int(code)  # not reached
