@@ -27,8 +27,14 @@ $(TOOLKIT): pyproject.toml setup.py | $(BIN)/python
 	$(PIP) -e .
 	@touch $@
 
+# pip compiles what it installs one file at a time; torch alone is thousands of
+# files. Installed without, then compiled on every core: 54 s -> about 45 s on two.
+# (Needed even so: where PYTHONDONTWRITEBYTECODE is set, as in many CI sandboxes,
+# every test process would otherwise compile torch from source.) As with pip, a
+# file that does not compile (torch's Python 3.12-only test helpers) stays source.
 $(DEV): $(TOOLKIT) trainer/pyproject.toml
-	$(PIP) -e '.[dev]' -e ./trainer
+	$(PIP) --no-compile -e '.[dev]' -e ./trainer
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true
 	@touch $@
 
 install: $(DEV)

@@ -3,8 +3,10 @@ generate overlays, edit profiles or compare revisions."""
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from tests.support import REPO
@@ -20,7 +22,25 @@ def git(root: Path, *args: str) -> str:
     return done.stdout
 
 
+_template: Path | None = None
+
+
 def make_workspace(target: Path) -> Path:
+    """A copy of the repository's content at `target`, committed as "initial".
+
+    The first call of a test process builds it; later ones copy that, Git directory
+    included (hashing and compressing the content again cost about 0.4 CPU-s each).
+    """
+    global _template
+    if _template is None:
+        scratch = Path(tempfile.mkdtemp(prefix="trainops-workspace-"))
+        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+        _template = _build(scratch / "repo")
+    shutil.copytree(_template, target, symlinks=True)
+    return target
+
+
+def _build(target: Path) -> Path:
     for name in CONTENT:
         shutil.copytree(REPO / name, target / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in FILES:

@@ -11,6 +11,7 @@ hook, not a clock, so the bound holds on a loaded machine and fails on a blow-up
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import sys
 import threading
@@ -30,16 +31,15 @@ TRAINING_KINDS = {"PyTorchJob", "MPIJob", "TrainJob", "JobSet", "ClusterTraining
 CALL_BUDGET = 4_000_000
 
 
-def _rendered_jobs() -> list[dict]:
+@functools.cache
+def rendered_jobs() -> list[dict]:
+    """Rendered on first use, not at import: every xdist worker collects this module."""
     targets = sorted(str(p.relative_to(REPO)) for p in REPO.glob("overlays/*/training/*"))
     outcome = run_cli("render", "--no-cache", "--format", "json", *targets, cwd=REPO)
     assert outcome.code == 0, outcome.err
     jobs = [r["object"] for r in json.loads(outcome.out) if r["object"]["kind"] in TRAINING_KINDS]
     assert len(jobs) >= 6, [j["kind"] for j in jobs]
     return jobs
-
-
-JOBS = _rendered_jobs()
 
 
 def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
@@ -53,7 +53,10 @@ def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
     return found
 
 
-PATHS = [_paths(job) for job in JOBS]
+@functools.cache
+def field_paths(index: int) -> list[tuple]:
+    return _paths(rendered_jobs()[index])
+
 
 SPECIAL = [
     "", "0", "-1", "1e309", "NaN", ".inf", "~", "null", "yes", "on", "0x1F", "0o17", "1Gi",
@@ -81,10 +84,11 @@ REMOVE = object()
 
 @st.composite
 def mutated_job(draw) -> dict:
-    index = draw(st.integers(min_value=0, max_value=len(JOBS) - 1))
-    job = copy.deepcopy(JOBS[index])
+    jobs = rendered_jobs()
+    index = draw(st.integers(min_value=0, max_value=len(jobs) - 1))
+    job = copy.deepcopy(jobs[index])
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
-        path = draw(st.sampled_from(PATHS[index]))
+        path = draw(st.sampled_from(field_paths(index)))
         value = draw(st.one_of(VALUES, st.just(REMOVE)))
         node = job
         for step in path[:-1]:
@@ -166,7 +170,7 @@ def test_the_budget_stops_a_runaway():
 
 def test_the_fuzzer_starts_from_jobs_that_validate(tmp_path: Path):
     path = tmp_path / "jobs.yaml"
-    path.write_text(yaml.safe_dump_all(JOBS))
+    path.write_text(yaml.safe_dump_all(rendered_jobs()))
     outcome = run_cli("validate", "--no-cache", path.name, cwd=tmp_path)
     assert_handled(outcome)
     assert outcome.code in (0, 1)  # file targets lack their cluster: some findings expected
