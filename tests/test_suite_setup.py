@@ -17,6 +17,7 @@ def test_every_long_file_named_for_early_scheduling_exists():
 
 def test_workspaces_are_independent_committed_copies(tmp_path: Path):
     first = make_workspace(tmp_path / "one")
+    (tmp_path / "two").mkdir()  # as tmp_path_factory.mktemp makes it
     second = make_workspace(tmp_path / "two")  # copied from the template the first built
     for root in (first, second):
         assert status(root) == ""

@@ -26,7 +26,7 @@ _template: Path | None = None
 
 
 def make_workspace(target: Path) -> Path:
-    """A copy of the repository's content at `target`, committed as "initial".
+    """A copy of the repository's content at `target` (new or empty), committed as "initial".
 
     The first call of a test process builds it; later ones copy that, Git directory
     included (hashing and compressing the content again cost about 0.4 CPU-s each).
@@ -36,7 +36,7 @@ def make_workspace(target: Path) -> Path:
         scratch = Path(tempfile.mkdtemp(prefix="trainops-workspace-"))
         atexit.register(shutil.rmtree, scratch, ignore_errors=True)
         _template = _build(scratch / "repo")
-    shutil.copytree(_template, target, symlinks=True)
+    shutil.copytree(_template, target, symlinks=True, dirs_exist_ok=True)
     return target
 
 
