@@ -28,7 +28,7 @@ $(TOOLKIT): pyproject.toml setup.py | $(BIN)/python
 	@touch $@
 
 # pip compiles what it installs one file at a time; torch alone is thousands of
-# files. Installed without, then compiled on every core: 54 s -> about 45 s on two.
+# files. Installed without, then compiled on every core: 54 s -> about 47 s on two.
 # (Needed even so: where PYTHONDONTWRITEBYTECODE is set, as in many CI sandboxes,
 # every test process would otherwise compile torch from source.) As with pip, a
 # file that does not compile (torch's Python 3.12-only test helpers) stays source.
