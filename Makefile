@@ -28,13 +28,21 @@ $(TOOLKIT): pyproject.toml setup.py | $(BIN)/python
 	@touch $@
 
 # pip compiles what it installs one file at a time; torch alone is thousands of
-# files. Installed without, then compiled on every core: 54 s -> about 47 s on two.
-# (Needed even so: where PYTHONDONTWRITEBYTECODE is set, as in many CI sandboxes,
-# every test process would otherwise compile torch from source.) As with pip, a
-# file that does not compile (torch's Python 3.12-only test helpers) stays source.
+# files, most never imported. Installed without compiling; what the trainer, the
+# toolkit and the test runner import is compiled by importing it, two processes at
+# once (about 7 s, where compiling the whole environment took 17 s); the rest by the
+# first process that imports it. Where PYTHONDONTWRITEBYTECODE is set, as in many CI
+# sandboxes, nothing would be written and each of the suite's hundreds of processes
+# would compile torch from source: the targets below that start Python processes
+# write bytecode whatever the environment says.
+WRITE_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
+IMPORTED_BY_THE_TRAINER := import torch.distributed.run, torch.distributed.checkpoint, \
+	torch.distributed.fsdp, trainer.cli, trainer.train, trainer.launch, trainer.inspect
+IMPORTED_BY_THE_TOOLS := import trainops.cli, pytest, xdist, hypothesis, ruamel.yaml
 $(DEV): $(TOOLKIT) trainer/pyproject.toml
 	$(PIP) --no-compile -e '.[dev]' -e ./trainer
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true
+	$(WRITE_BYTECODE) $(BIN)/python -c '$(IMPORTED_BY_THE_TOOLS)' & tools=$$!; \
+	$(WRITE_BYTECODE) $(BIN)/python -c '$(IMPORTED_BY_THE_TRAINER)' && wait $$tools
 	@touch $@
 
 install: $(DEV)
@@ -54,23 +62,19 @@ format: $(DEV)
 # the trainer's tests wait on process start-up, rendezvous and teardown, and a third
 # worker fills those gaps. Files go out in collection order, the trainer's first
 # (tests/conftest.py). Tests that start servers draw ports from disjoint sets.
-# The suite starts hundreds of Python processes: where PYTHONDONTWRITEBYTECODE is set
-# (CI sandboxes often set it) each would compile the toolkit, the policy pack and the
-# trainer from source again, so their bytecode is written first.
 WORKERS ?= 3
 test: validate lint
-	$(BIN)/python -m compileall -q tools policies trainer/src
-	$(BIN)/pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
+	$(WRITE_BYTECODE) $(BIN)/pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 # A race shows up as a rare failure: run the tests that start processes many times
 # (pytest-repeat). scripts/test-under-load.sh runs tests while every core is busy.
 COUNT ?= 30
 TESTS ?= tests/trainer/test_failures.py
 test-repeat: $(DEV)
-	$(BIN)/pytest --count=$(COUNT) -x -q $(TESTS)
+	$(WRITE_BYTECODE) $(BIN)/pytest --count=$(COUNT) -x -q $(TESTS)
 
 bench: $(DEV)
-	$(BIN)/python -m tests.bench
+	$(WRITE_BYTECODE) $(BIN)/python -m tests.bench
 
 # Two CPU ranks with gloo: train, get preempted (SIGTERM at step 35, emergency
 # checkpoint, exit 143), resume to step 60, then describe the checkpoints.

@@ -7,6 +7,7 @@ what a worker looks like from outside: its command line, parent, session, signal
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -45,6 +46,57 @@ def test_a_warm_run_trains_exactly_as_a_cold_one(baseline, tmp_path):
     assert cold.events("start")[0]["warm_start"] is False
     assert cold.end["params_sha256"] == warm.end["params_sha256"]
     assert [e["event"] for e in cold.events("step")] == [e["event"] for e in warm.events("step")]
+
+
+# Loaded by every Python process of a run: at its end, a process writes what it
+# imported after its last fork (for a warm worker: after the zygote forked it).
+IMPORTS_AFTER_FORK = """
+import atexit, json, os, sys
+_seen = set(sys.modules)
+def _forked():
+    global _seen
+    _seen = set(sys.modules)
+os.register_at_fork(after_in_child=_forked)
+def _write():
+    out = os.path.join(os.environ["IMPORT_LOG"], str(os.getpid()))
+    with open(out, "w") as log:
+        json.dump({"argv": sys.argv, "imported": sorted(set(sys.modules) - _seen)}, log)
+atexit.register(_write)
+_exit = os._exit
+def _exit_writing(code):
+    _write()
+    _exit(code)
+os._exit = _exit_writing
+"""
+
+
+DYNAMO_AND_ITS_IMPORTS = ("torch._dynamo", "torch._inductor", "torch._numpy", "torch.onnx")
+
+
+def test_a_warm_worker_imports_no_dynamo_after_the_fork(tmp_path):
+    """What a worker imports on its way to the first step (DDP and FSDP import
+    TorchDynamo as they wrap the model) the zygote has imported: half a CPU-second a
+    worker, on every start and restart, if not."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(IMPORTS_AFTER_FORK)
+    (tmp_path / "log").mkdir()
+    env = trainer_env(PYTHONPATH=str(tmp_path / "site"), IMPORT_LOG=str(tmp_path / "log"))
+    for parallelism in ("ddp", "fsdp"):
+        directory = tmp_path / parallelism
+        run = launch(
+            *BASE_ARGS, "--parallelism", parallelism, "--checkpoint-dir", str(directory), env=env
+        )
+        assert run.code == 0, run.stderr
+        assert run.events("start")[0]["warm_start"] is True
+    logs = [json.loads(path.read_text()) for path in (tmp_path / "log").iterdir()]
+    workers = [
+        log for log in logs if log["argv"][0].endswith(os.path.join("trainer", "__main__.py"))
+    ]
+    assert len(workers) == 4, [log["argv"][:3] for log in logs]
+    for worker in workers:
+        # A few small modules of torch stay (the profiler's, torch.save's settings).
+        late = [name for name in worker["imported"] if name.startswith(DYNAMO_AND_ITS_IMPORTS)]
+        assert not late, worker
 
 
 def _status(pid: int) -> dict[str, str]:

@@ -1,11 +1,13 @@
 """Warm starts: the reference trainer's workers forked from a process that imported it.
 
 Every worker of `python -m trainer` imports torch, torch.distributed.checkpoint and the
-trainer before its first step: about 2.3 CPU-seconds a worker on a CPU node, paid by
-each rank on every (re)start. `trainer-launch` has imported the same modules already
+trainer before its first step, and TorchDynamo when it wraps its model (DDP and FSDP
+import it on first use): about 2.8 CPU-seconds a worker on a CPU node, paid by each
+rank on every (re)start. `trainer-launch` has imported the same modules already
 (torch's elastic agent is torch), so it forks one process, the zygote, before it
 starts any thread, and the zygote forks each worker torchrun asks for. A worker then
-begins where a fresh interpreter would be once `import trainer.train` returned.
+begins where a fresh interpreter would be once `import trainer.train` and
+`import torch._dynamo` returned.
 
 What torchrun sees does not change: the worker is a child of the launcher (the zygote
 forks it through an intermediate process that exits at once, and the launcher is a
@@ -25,8 +27,10 @@ A worker starts warm only when that is indistinguishable from starting it fresh:
 - the command is `python -u -m trainer` of this interpreter, nothing wrapping it;
 - every environment variable that a process reads while starting or importing torch
   (`PYTHON*`, `LD_*`, `OMP_*`, `MKL_*`, `OPENBLAS_*`, `KMP_*`, `GOMP_*`, `MALLOC_*`,
-  `TORCH*`, `PYTORCH_*`, `CUDA_*` but CUDA_VISIBLE_DEVICES, which CUDA reads when
-  it starts, later) has the value the launcher had when it imported them.
+  `TORCH*`, `PYTORCH_*`, `TRITON_*`, `CUDA_*` but CUDA_VISIBLE_DEVICES, which CUDA
+  reads when it starts, later) has the value the launcher had when it imported them.
+  (torchrun adds RANK and the rest for each worker: nothing imported before the fork
+  reads them at import.)
 Otherwise torchrun starts the worker as a new process (`subprocess.Popen`), as it
 always did. `TRAINER_WARM_START=0` turns warm starts off.
 """
@@ -36,6 +40,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import importlib
 import io
 import json
 import os
@@ -71,6 +76,7 @@ _IMPORT_TIME_PREFIXES = (
     "MALLOC_",
     "TORCH",
     "PYTORCH_",
+    "TRITON_",
     "CUDA_",
 )
 # Set by torchrun for each worker and read only once the worker runs.
@@ -128,9 +134,13 @@ class Zygote:
         """The zygote, forked now; None where a warm start could differ from a fresh one."""
         if os.environ.get(ENV, "1") == "0" or not hasattr(os, "pidfd_open") or not forkable():
             return None
-        # What `python -m trainer` imports: the command line, then torch, DCP, the loop.
+        # What `python -m trainer` imports: the command line, then torch, DCP, the loop,
         import trainer.cli
         import trainer.train  # noqa: F401
+
+        # and, in that order, TorchDynamo, which DDP and FSDP import as they wrap the
+        # model (about 0.5 CPU-s of the 2.8 a worker spends importing).
+        importlib.import_module("torch._dynamo")
 
         if not forkable():
             return None
