@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from tests.support import MIRROR, REPO, write
+from trainops.cache import Cache
 from trainops.config import load_project_config
 from trainops.model import Target
 from trainops.profile.model import load_profile
@@ -43,11 +44,18 @@ spec:
 """
 
 
-def kustomize(path: Path) -> list[dict]:
-    """Render with real kustomize, remote bases from the repository's mirror."""
-    renderer = Renderer(RenderOptions(mirror=MIRROR))
-    [result] = renderer.render([Target("kustomization", str(path))])
-    return [doc.obj for doc in result.documents]
+@pytest.fixture
+def kustomize(shared_cache_dir: Path):
+    """Render with real kustomize, remote bases from the repository's mirror. The tests
+    render the same overlays again and again: the run's render cache, keyed by content,
+    builds each once (a cluster overlay costs kustomize about 1.5 CPU-s)."""
+    renderer = Renderer(RenderOptions(mirror=MIRROR), Cache(shared_cache_dir))
+
+    def render(path: Path) -> list[dict]:
+        [result] = renderer.render([Target("kustomization", str(path))])
+        return [doc.obj for doc in result.documents]
+
+    return render
 
 
 def assert_own_checkpoint_directory(container: dict, job_label: str, mounted: bool = True) -> None:
@@ -116,7 +124,7 @@ def test_every_overlay_run_and_argocd_validates_with_zero_errors(trainops):
     assert warnings == []  # the mirror holds every pinned remote base
 
 
-def test_an_overlay_nccl_patch_keeps_every_other_variable(tmp_path: Path):
+def test_an_overlay_nccl_patch_keeps_every_other_variable(tmp_path: Path, kustomize):
     """An overlay patching one NCCL variable of a job keeps the base's and fabric's others."""
     overlay = tmp_path / "overlay"
     template = os.path.relpath(REPO / "overlays/prod-roce/training/pytorchjob", overlay)
@@ -147,7 +155,7 @@ def test_an_overlay_nccl_patch_keeps_every_other_variable(tmp_path: Path):
     assert specs["Worker"]["containers"][0]["image"].startswith("ghcr.io/")
 
 
-def test_without_the_merge_keys_component_the_same_patch_drops_variables(tmp_path: Path):
+def test_without_the_merge_keys_component_the_same_patch_drops_variables(tmp_path: Path, kustomize):
     """The control: kustomize's default for custom resources replaces the env list."""
     base = tmp_path / "base"
     write(base / "kustomization.yaml", "resources:\n- job.yaml\n")
@@ -171,7 +179,7 @@ def test_without_the_merge_keys_component_the_same_patch_drops_variables(tmp_pat
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
-def test_mpi_launcher_forwards_every_worker_variable(cluster):
+def test_mpi_launcher_forwards_every_worker_variable(cluster, kustomize):
     [job] = kustomize(REPO / "overlays" / cluster / "training" / "mpijob")
     specs = dict(pod_specs(job))
     launcher = specs["Launcher"]["containers"][0]
@@ -195,7 +203,7 @@ def test_mpi_launcher_forwards_every_worker_variable(cluster):
 
 
 @pytest.mark.parametrize("cluster", V1_CLUSTERS)
-def test_templates_honour_the_profile(cluster):
+def test_templates_honour_the_profile(cluster, kustomize):
     profile = load_profile(REPO / "overlays" / cluster / "cluster.yaml")
     [job] = kustomize(REPO / "overlays" / cluster / "training" / "pytorchjob")
     assert job["spec"]["nprocPerNode"] == str(profile.gpusPerNode)
@@ -233,7 +241,7 @@ def test_templates_honour_the_profile(cluster):
         assert spec["terminationGracePeriodSeconds"] > 30
 
 
-def test_platform_objects_and_sync_waves():
+def test_platform_objects_and_sync_waves(kustomize):
     docs = kustomize(REPO / "overlays" / "prod-roce")
     by_kind = {}
     for doc in docs:
@@ -272,7 +280,7 @@ def test_platform_objects_and_sync_waves():
             )
 
 
-def test_volcano_cluster_turns_on_gang_scheduling_for_all_pods():
+def test_volcano_cluster_turns_on_gang_scheduling_for_all_pods(kustomize):
     docs = kustomize(REPO / "overlays" / "prod-ib")
     [operator] = [
         d
@@ -288,7 +296,7 @@ def test_volcano_cluster_turns_on_gang_scheduling_for_all_pods():
     assert run["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == replicas
 
 
-def test_runs_set_only_what_a_run_changes():
+def test_runs_set_only_what_a_run_changes(kustomize):
     for overlay in OVERLAYS:
         for run_dir in (overlay / "runs").iterdir():
             kustomization = yaml.safe_load((run_dir / "kustomization.yaml").read_text())
@@ -306,7 +314,7 @@ def test_committed_overlays_are_exactly_what_the_profiles_generate():
             assert (overlay / relative).read_text() == text, f"{overlay.name}/{relative} is stale"
 
 
-def test_argocd_projects_list_every_cluster_and_every_rendered_kind():
+def test_argocd_projects_list_every_cluster_and_every_rendered_kind(kustomize):
     config = load_project_config(REPO)
     profiles = [load_profile(overlay / "cluster.yaml") for overlay in OVERLAYS]
     assert (REPO / "argocd/projects.yaml").read_text() == render_projects(config.repo_url, profiles)
@@ -356,7 +364,7 @@ def _deployment_args(docs: list[dict], name: str) -> list[str]:
     return deployment["spec"]["template"]["spec"]["containers"][0].get("args", [])
 
 
-def test_mpi_operator_cluster_has_one_owner_of_the_mpijob_crd():
+def test_mpi_operator_cluster_has_one_owner_of_the_mpijob_crd(kustomize):
     """mpiOperator: mpi-operator installs the MPI Operator's CRD, and no Training Operator
     MPIJob; the other clusters keep the v1 CRD only. (tests/test_profiles.py covers a
     cluster that runs both operators.)"""
@@ -398,7 +406,7 @@ def test_mpi_operator_cluster_has_one_owner_of_the_mpijob_crd():
             assert "ServerSideApply=true" in annotations["argocd.argoproj.io/sync-options"]
 
 
-def test_v2beta1_mpijob_template_keeps_every_promise_of_the_v1_one():
+def test_v2beta1_mpijob_template_keeps_every_promise_of_the_v1_one(kustomize):
     profile = load_profile(REPO / "overlays/prod-b200/cluster.yaml")
     [job] = kustomize(REPO / "overlays/prod-b200/training/mpijob")
     spec = job["spec"]
@@ -466,7 +474,7 @@ def _replicated_pods(runtime: dict) -> dict[str, dict]:
     }
 
 
-def test_trainer_v2_cluster_installs_trainer_and_jobset_with_their_certificates():
+def test_trainer_v2_cluster_installs_trainer_and_jobset_with_their_certificates(kustomize):
     docs = kustomize(REPO / "overlays/prod-b200")
     kinds = _by_kind(docs)
     deployments = {d["metadata"]["name"]: d for d in kinds["Deployment"]}
@@ -499,7 +507,7 @@ def test_trainer_v2_cluster_installs_trainer_and_jobset_with_their_certificates(
     assert "TrainJob" not in kinds  # the preflight runs on demand, not in a sync
 
 
-def test_the_platforms_argo_cd_application_leaves_the_certificates_to_the_operators():
+def test_the_platforms_argo_cd_application_leaves_the_certificates_to_the_operators(kustomize):
     [appset] = yaml.safe_load_all((REPO / "argocd/applicationsets/platform.yaml").read_text())
     spec = appset["spec"]["template"]["spec"]
     assert "RespectIgnoreDifferences=true" in spec["syncPolicy"]["syncOptions"]
@@ -521,7 +529,7 @@ def test_the_platforms_argo_cd_application_leaves_the_certificates_to_the_operat
 
 
 @pytest.mark.parametrize("name", ["torch-distributed-ib", "mpi-distributed-ib"])
-def test_cluster_runtimes_carry_everything_the_v1_templates_carry(name):
+def test_cluster_runtimes_carry_everything_the_v1_templates_carry(name, kustomize):
     profile = load_profile(REPO / "overlays/prod-b200/cluster.yaml")
     runtime = _runtime(kustomize(REPO / "overlays/prod-b200"), name)
     pods = _replicated_pods(runtime)
@@ -580,7 +588,7 @@ def test_cluster_runtimes_carry_everything_the_v1_templates_carry(name):
         assert "nvidia.com/gpu" not in trainer_container["resources"]["limits"]
 
 
-def test_trainjob_run_names_its_clusters_runtime_and_queue():
+def test_trainjob_run_names_its_clusters_runtime_and_queue(kustomize):
     profile = load_profile(REPO / "overlays/prod-b200/cluster.yaml")
     [job] = kustomize(REPO / "overlays/prod-b200/runs/llama-pretrain-1124")
     assert job["apiVersion"] == "trainer.kubeflow.org/v1alpha1"

@@ -73,32 +73,6 @@ os._exit = _exit_writing
 DYNAMO_AND_ITS_IMPORTS = ("torch._dynamo", "torch._inductor", "torch._numpy", "torch.onnx")
 
 
-def test_a_warm_worker_imports_no_dynamo_after_the_fork(tmp_path):
-    """What a worker imports on its way to the first step (DDP and FSDP import
-    TorchDynamo as they wrap the model) the zygote has imported: half a CPU-second a
-    worker, on every start and restart, if not."""
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "sitecustomize.py").write_text(IMPORTS_AFTER_FORK)
-    (tmp_path / "log").mkdir()
-    env = trainer_env(PYTHONPATH=str(tmp_path / "site"), IMPORT_LOG=str(tmp_path / "log"))
-    for parallelism in ("ddp", "fsdp"):
-        directory = tmp_path / parallelism
-        run = launch(
-            *BASE_ARGS, "--parallelism", parallelism, "--checkpoint-dir", str(directory), env=env
-        )
-        assert run.code == 0, run.stderr
-        assert run.events("start")[0]["warm_start"] is True
-    logs = [json.loads(path.read_text()) for path in (tmp_path / "log").iterdir()]
-    workers = [
-        log for log in logs if log["argv"][0].endswith(os.path.join("trainer", "__main__.py"))
-    ]
-    assert len(workers) == 4, [log["argv"][:3] for log in logs]
-    for worker in workers:
-        # A few small modules of torch stay (the profiler's, torch.save's settings).
-        late = [name for name in worker["imported"] if name.startswith(DYNAMO_AND_ITS_IMPORTS)]
-        assert not late, worker
-
-
 def _status(pid: int) -> dict[str, str]:
     lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
@@ -178,14 +152,21 @@ def test_a_warm_worker_looks_like_a_fresh_one_from_outside(tmp_path, ignoring):
     assert warm[0]["command"].startswith(f"{sys.executable} -u -m trainer --model mlp")
 
 
-def test_restarted_workers_start_warm_too(tmp_path):
+def test_restarted_workers_start_warm_too_and_import_no_dynamo_after_the_fork(tmp_path):
+    """What a worker imports on its way to its first step (DDP and FSDP import
+    TorchDynamo as they wrap the model) the zygote has imported already: half a
+    CPU-second a worker, on every start and restart, if not."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(IMPORTS_AFTER_FORK)
+    (tmp_path / "log").mkdir()
+    env = trainer_env(PYTHONPATH=str(tmp_path / "site"), IMPORT_LOG=str(tmp_path / "log"))
     run = launch(
         *BASE_ARGS,
         "--checkpoint-dir",
         str(tmp_path / "ckpt"),
         "--inject-fault",
         "sigkill@12:rank=1",
-        env=trainer_env(),
+        env=env,
         torchrun=("--max-restarts", "1"),
     )
     assert run.code == 0, run.stderr
@@ -194,6 +175,15 @@ def test_restarted_workers_start_warm_too(tmp_path):
     assert starts[0]["resumed_from"] is None and starts[1]["resumed_from"] in (10, 12)
     assert [s["warm_start"] for s in starts] == [True, True]
     assert run.end["step"] == 30
+    # Every worker but the one SIGKILLed wrote what it imported after its fork.
+    logs = [json.loads(path.read_text()) for path in (tmp_path / "log").iterdir()]
+    main = os.path.join("trainer", "__main__.py")
+    workers = [log for log in logs if log["argv"][0].endswith(main)]
+    assert len(workers) == 3, [log["argv"][:3] for log in logs]
+    for worker in workers:
+        # A few small modules of torch stay (the profiler's, torch.save's settings).
+        late = [name for name in worker["imported"] if name.startswith(DYNAMO_AND_ITS_IMPORTS)]
+        assert not late, worker
 
 
 def test_the_zygote_dies_with_its_launcher(tmp_path):
