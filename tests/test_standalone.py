@@ -39,8 +39,11 @@ def wheel(tmp_path_factory) -> Path:
 def installed(wheel: Path, tmp_path_factory) -> Path:
     """bin/ of a fresh virtual environment holding the wheel and its dependencies."""
     environment = tmp_path_factory.mktemp("venv")
-    venv.create(environment, with_pip=True)
-    pip = [str(environment / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+    # Installed by the development environment's pip (--python): the same result,
+    # without seeding the new environment with a pip of its own first.
+    venv.create(environment)
+    python = str(environment / "bin" / "python")
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--python", python]
     subprocess.run([*pip, "install", "--quiet", str(wheel)], check=True, capture_output=True)
     return environment / "bin"
 
