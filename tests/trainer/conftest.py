@@ -188,11 +188,23 @@ def unused_port() -> int:
 
 
 def child_pids(pid: int) -> list[int]:
-    """The processes whose parent is `pid` (any of its threads), from /proc."""
+    """The processes whose parent is `pid` (any of its threads), from /proc.
+
+    Read from each process's stat, not from /proc/PID/task/*/children: the kernel
+    walks that list by position, so a child can be skipped while others come and go
+    (proc(5): reliable only when the children are stopped); a scan of /proc by pid
+    misses no process that lives throughout it.
+    """
     found: list[int] = []
-    for listing in Path(f"/proc/{pid}/task").glob("*/children"):
-        with suppress(OSError):
-            found += [int(child) for child in listing.read_text().split()]
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_text()
+        except OSError:  # ended meanwhile
+            continue
+        if int(stat.rpartition(")")[2].split()[1]) == pid:
+            found.append(int(entry.name))
     return found
 
 

@@ -84,6 +84,8 @@ def test_a_test_that_leaves_a_process_running_fails_and_the_process_is_killed(tm
         timeout=RUN_LIMIT,
     )
     assert run.returncode == 1, run.stdout + run.stderr
-    assert "processes outlived the test" in run.stdout and "time.sleep(600)" in run.stdout
+    report = run.stdout + run.stderr  # whole, where an assertion's repr would cut it
+    assert "processes outlived the test" in run.stdout, report
+    assert "time.sleep(600)" in run.stdout, report
     [child] = [int(line.split()[1]) for line in run.stdout.splitlines() if line.startswith("CHILD")]
     assert not _alive(child)
