@@ -197,15 +197,22 @@ def child_pids(pid: int) -> list[int]:
     """
     found: list[int] = []
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry.name}/stat").read_text()
-        except OSError:  # ended meanwhile
-            continue
-        if int(stat.rpartition(")")[2].split()[1]) == pid:
-            found.append(int(entry.name))
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields and int(fields[1]) == pid:  # fields[1]: the parent's pid
+                found.append(int(entry.name))
     return found
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first, then the
+    parent's pid...), or None once the process is gone. The name is cut at the last
+    parenthesis: it may hold spaces and parentheses of its own."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()
 
 
 def kill_tree(process: subprocess.Popen | int) -> None:
@@ -263,11 +270,8 @@ def reap_orphans() -> None:
 
 def process_state(pid: int) -> str:
     """The state letter /proc gives a process (R, S, D, Z...; X when it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "X"
-    return stat.rpartition(")")[2].split()[0]
+    fields = _stat_fields(pid)
+    return fields[0] if fields else "X"
 
 
 # A test's processes that its own process tree loses (the ranks of a launcher killed
