@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from trainops.model import WARNING, Document
-from trainops.policy.engine import Context, Violation, resource_rule
+from trainops.policy import Context, Violation, resource_rule
 from trainops.policy.pods import argv, resources
 from trainops.profile.model import quantity_bytes
 

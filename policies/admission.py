@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from trainops.admission.vap import BINDING, POLICY, PolicySet
 from trainops.model import ERROR, INFO, WARNING, Document
-from trainops.policy.engine import EVERY_KIND, Context, Violation, resource_rule
+from trainops.policy import EVERY_KIND, Context, Violation, resource_rule
 
 
 def _policies(ctx: Context) -> PolicySet:

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from trainops.model import ERROR, WARNING, Document
-from trainops.policy.engine import Context, Violation, resource_rule
+from trainops.policy import Context, Violation, resource_rule
 from trainops.policy.pods import dicts, mapping
 
 from .charts import CHARTS, always_rendered, full_name

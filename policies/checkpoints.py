@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING, Document
-from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
+from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import PodTemplate, mapping
 
 from . import common

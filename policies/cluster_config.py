@@ -22,7 +22,7 @@ import yaml
 
 from trainops import multus
 from trainops.model import ERROR, WARNING, Document
-from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
+from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import (
     POD_KINDS,
     PodTemplate,

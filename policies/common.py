@@ -8,7 +8,7 @@ from typing import Any
 
 from trainops import multus
 from trainops.model import Document
-from trainops.policy.engine import Context, needs
+from trainops.policy import Context, needs
 from trainops.policy.pods import (
     GPU_RESOURCES,
     TRAINING_KINDS,

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainops.model import ERROR, WARNING, Document
-from trainops.policy.engine import Context, Violation, resource_rule
+from trainops.policy import Context, Violation, resource_rule
 from trainops.policy.pods import dicts, is_int, mapping
 from trainops.policy.trainjob import TRAINER_STEP_LABEL
 

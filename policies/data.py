@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainops.model import ERROR, WARNING
-from trainops.policy.engine import Context, Violation, pod_rule
+from trainops.policy import Context, Violation, pod_rule
 from trainops.policy.pods import PodTemplate, mapping
 
 from . import common

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from trainops.model import ERROR, Document
-from trainops.policy.engine import Context, Violation, render_rule
+from trainops.policy import Context, Violation, render_rule
 from trainops.render.discover import display_path
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainops.model import ERROR, WARNING
-from trainops.policy.engine import Context, Violation, pod_rule, sets_any
+from trainops.policy import Context, Violation, pod_rule, sets_any
 from trainops.policy.pods import PodTemplate, env_index, gpu_count, mapping, resources
 
 from . import commandline, common

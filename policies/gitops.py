@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING, Document
-from trainops.policy.engine import EVERY_KIND, Context, Violation, resource_rule
+from trainops.policy import EVERY_KIND, Context, Violation, resource_rule
 from trainops.policy.pods import REPLICA_FIELDS, mapping
 
 SYNC_OPTIONS = "argocd.argoproj.io/sync-options"

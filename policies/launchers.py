@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainops.model import ERROR, WARNING, Document
-from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
+from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import PodTemplate, env_of, gpu_count, is_int, mapping
 
 from . import commandline, common

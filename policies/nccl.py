@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from trainops import multus, nccl
 from trainops.model import ERROR, INFO, WARNING
-from trainops.policy.engine import Context, Violation, needs, pod_rule
+from trainops.policy import Context, Violation, needs, pod_rule
 from trainops.policy.pods import PodTemplate, env_index, env_of
 
 from . import common

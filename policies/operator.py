@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING, Document
-from trainops.policy.engine import Context, Violation, resource_rule
+from trainops.policy import Context, Violation, resource_rule
 from trainops.policy.pods import REPLICA_FIELDS, is_int, mapping
 
 KUBEFLOW_KINDS = tuple(REPLICA_FIELDS)

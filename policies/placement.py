@@ -8,7 +8,7 @@ from typing import Any
 
 from trainops.admission import quantity
 from trainops.model import ERROR, INFO, WARNING, Document
-from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
+from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import (
     REPLICA_FIELDS,
     PodTemplate,

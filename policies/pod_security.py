@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainops.model import ERROR
-from trainops.policy.engine import Context, Violation, pod_rule
+from trainops.policy import Context, Violation, pod_rule
 from trainops.policy.pods import POD_KINDS, PodTemplate, dicts, is_int, mapping
 
 ENFORCE = "pod-security.kubernetes.io/enforce"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from trainops.model import ERROR, Document
-from trainops.policy.engine import EVERY_KIND, Context, Violation, pod_rule, resource_rule
+from trainops.policy import EVERY_KIND, Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import POD_KINDS, PodTemplate, dicts, mapping, resources
 
 from . import common

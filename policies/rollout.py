@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from trainops.model import WARNING
-from trainops.policy.engine import Context, Violation, pod_rule, sets_any
+from trainops.policy import Context, Violation, pod_rule, sets_any
 from trainops.policy.pods import GPU_RESOURCES, PodTemplate, mapping
 
 ONE_NODE_MODES = frozenset({"ReadWriteOnce", "ReadWriteOncePod"})

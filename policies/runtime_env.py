@@ -17,7 +17,7 @@ from typing import Any
 
 from trainops import multus
 from trainops.model import ERROR, WARNING
-from trainops.policy.engine import Context, Violation, pod_rule
+from trainops.policy import Context, Violation, pod_rule
 from trainops.policy.pods import PodTemplate, dicts, env_index, env_of, gpu_count, mapping
 
 from . import common

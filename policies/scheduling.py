@@ -21,7 +21,7 @@ import yaml
 
 from trainops.admission import quantity
 from trainops.model import ERROR, Document
-from trainops.policy.engine import Context, Violation, resource_rule
+from trainops.policy import Context, Violation, resource_rule
 from trainops.policy.pods import dicts, mapping
 
 from . import common

@@ -14,14 +14,7 @@ from collections.abc import Iterator
 
 from trainops import multus
 from trainops.model import ERROR, WARNING, Document
-from trainops.policy.engine import (
-    Context,
-    Violation,
-    pod_rule,
-    render_rule,
-    resource_rule,
-    sets_any,
-)
+from trainops.policy import Context, Violation, pod_rule, render_rule, resource_rule, sets_any
 from trainops.policy.pods import (
     GPU_RESOURCES,
     PodTemplate,

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING
-from trainops.policy.engine import Context, Violation, needs, pod_rule, sets_any
+from trainops.policy import Context, Violation, needs, pod_rule, sets_any
 from trainops.policy.pods import GPU_RESOURCES, PodTemplate, env_of, gpu_count, resources
 from trainops.profile.model import quantity_bytes
 

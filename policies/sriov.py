@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from trainops import multus
 from trainops.model import ERROR, Document
-from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
+from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import PodTemplate, env_index, env_of, mapping, resources
 
 from . import common

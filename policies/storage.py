@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainops.model import ERROR, Document
-from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
+from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import PodTemplate, env_index, env_of, mapping
 
 from . import commandline, common

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainops.model import ERROR, Document
-from trainops.policy.engine import Context, Violation, needs, pod_rule, resource_rule
+from trainops.policy import Context, Violation, needs, pod_rule, resource_rule
 from trainops.policy.pods import REPLICA_FIELDS, TRAINING_KINDS, PodTemplate, mapping
 from trainops.profile.tenancy import PARAMS, PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL
 

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator
 
 from trainops.model import ERROR, Document
-from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
+from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import REPLICA_FIELDS, PodTemplate, mapping
 from trainops.profile.topology import CAPACITY, REQUIRED, TAS_ANNOTATIONS
 

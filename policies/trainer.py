@@ -10,8 +10,7 @@ from collections.abc import Iterator
 
 from trainops import multus
 from trainops.model import ERROR, WARNING, Document
-from trainops.policy import trainjob
-from trainops.policy.engine import Context, Violation, pod_rule, resource_rule
+from trainops.policy import Context, Violation, pod_rule, resource_rule, trainjob
 from trainops.policy.pods import PodTemplate, dicts, gpu_count, is_int, mapping, resources
 
 from . import common

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainops.model import ERROR, Document
-from trainops.policy.engine import Context, Violation, resource_rule
+from trainops.policy import Context, Violation, resource_rule
 from trainops.policy.pods import dicts, mapping
 
 NEEDS_SVC = ("tensorflow", "mpi", "pytorch", "ray")

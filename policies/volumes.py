@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from trainops.model import WARNING
-from trainops.policy.engine import Context, Violation, pod_rule
+from trainops.policy import Context, Violation, pod_rule
 from trainops.policy.pods import PodTemplate, mapping
 
 from . import common

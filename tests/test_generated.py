@@ -31,7 +31,7 @@ def test_runbook_names_only_existing_policies_and_commands():
     import re
 
     from trainops.cli import cli
-    from trainops.policy.engine import registered
+    from trainops.policy import registered
     from trainops.policy.settings import load_pack
 
     load_pack(REPO / "policies")

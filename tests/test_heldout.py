@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.support import REPO
-from trainops.policy.engine import registered
+from trainops.policy import registered
 from trainops.policy.settings import load_pack
 
 HELDOUT = REPO / "tests" / "heldout"

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.support import REPO, SHARED
-from trainops.policy.engine import SECURITY, registered
+from trainops.policy import SECURITY, registered
 from trainops.policy.settings import load_pack
 
 EXAMPLES = yaml.safe_load((REPO / "policies" / "examples.yaml").read_text())

@@ -20,7 +20,8 @@ from tests.hostile.harness import assert_handled, run_cli, write
 from tests.policies.fixtures import FIXTURES
 from tests.support import REPO
 from trainops.model import Document, Target
-from trainops.policy.engine import SECURITY, Context, evaluate, registered
+from trainops.policy import SECURITY, Context, registered
+from trainops.policy.engine import evaluate
 from trainops.policy.settings import load_pack, load_settings
 
 load_pack(REPO / "policies")

@@ -20,15 +20,15 @@ from tests.policies.test_engine import NO_SHM, run
 from tests.support import REPO, SHARED
 from trainops.errors import InputError
 from trainops.model import Document, Target
-from trainops.policy import engine
-from trainops.policy.engine import Context, PolicySettings, evaluate, registered
-from trainops.policy.settings import PACK_MODULE, load_pack
+from trainops.policy import Context, engine, registered, registry, sets_any
+from trainops.policy.engine import evaluate
+from trainops.policy.settings import PACK_MODULE, PolicySettings, load_pack
 from trainops.yamlio import load_documents, read_text
 
 load_pack(REPO / "policies")
-common, gitops, nccl, placement, scheduling, mpi = (
+common, gitops, nccl, placement, scheduling, mpi, exemptions = (
     importlib.import_module(f"{PACK_MODULE}.{name}")
-    for name in ("common", "gitops", "nccl", "placement", "scheduling", "mpi")
+    for name in ("common", "gitops", "nccl", "placement", "scheduling", "mpi", "exemptions")
 )
 
 PRECONDITIONS = {
@@ -48,7 +48,7 @@ PRECONDITIONS = {
     nccl._may_pick_interface,
     gitops._unnamed,
     mpi._mpijob_owner,
-    engine.exemption_annotations_present,
+    exemptions.exemption_annotations_present,
 }
 RENDERS = [
     fixtures.baseline,
@@ -75,7 +75,7 @@ def test_no_predicate_hides_a_finding_on_any_fixture(monkeypatch):
     gated = [_findings(docs) for docs in renders]
     for rule in registered().values():
         if rule.applies in PRECONDITIONS:
-            monkeypatch.setitem(engine._RULES, rule.id, replace(rule, applies=None))
+            monkeypatch.setitem(registry._RULES, rule.id, replace(rule, applies=None))
     ungated = [_findings(docs) for docs in renders]
     assert sum(map(len, gated)) > len(renders)  # the fixtures do fire
     for index, (with_predicates, without) in enumerate(zip(gated, ungated, strict=True)):
@@ -92,7 +92,7 @@ def test_a_predicate_that_raises_lets_its_rules_run(monkeypatch, rule_id):
     assert rule.applies is not None
     docs = NO_SHM()
     docs[-1]["metadata"].setdefault("annotations", {})["trainops.dev/exempt-no-such-rule"] = "x"
-    monkeypatch.setitem(engine._RULES, rule_id, replace(rule, applies=_broken))
+    monkeypatch.setitem(registry._RULES, rule_id, replace(rule, applies=_broken))
     assert rule_id in {f.rule for f in run(docs)}
 
 
@@ -101,7 +101,7 @@ def test_a_predicate_that_fails_keeps_its_rule_away(monkeypatch):
     docs = fixtures.baseline()
     docs[-1]["metadata"].setdefault("annotations", {})["trainops.dev/exempt-no-such-rule"] = "x"
     assert "policy-exemption" in {f.rule for f in run(docs)}
-    monkeypatch.setitem(engine._RULES, rule.id, replace(rule, applies=lambda doc: False))
+    monkeypatch.setitem(registry._RULES, rule.id, replace(rule, applies=lambda doc: False))
     assert "policy-exemption" not in {f.rule for f in run(docs)}
 
 
@@ -182,7 +182,7 @@ def _without_render_needs(monkeypatch) -> None:
     """Every rule runs on every render: as if no rule declared `render_needs`."""
     for rule in registered().values():
         if rule.render_needs:
-            monkeypatch.setitem(engine._RULES, rule.id, replace(rule, render_needs=frozenset()))
+            monkeypatch.setitem(registry._RULES, rule.id, replace(rule, render_needs=frozenset()))
 
 
 def test_what_rules_need_never_hides_a_finding(monkeypatch):
@@ -224,7 +224,7 @@ def test_a_wrong_need_is_caught(monkeypatch):
     ]
     assert "host-network" in {f[0] for f in _evaluate(docs)}
     rule = registered()["host-network"]
-    monkeypatch.setitem(engine._RULES, rule.id, replace(rule, applies=engine.sets_any("hostPID")))
+    monkeypatch.setitem(registry._RULES, rule.id, replace(rule, applies=sets_any("hostPID")))
     assert "host-network" not in {f[0] for f in _evaluate(docs)}
     monkeypatch.setattr(engine._Dispatch, "pod_groups", _without_needs)
     assert "host-network" in {f[0] for f in _evaluate(docs)}
@@ -239,7 +239,7 @@ def test_a_wrong_render_need_is_caught(monkeypatch):
     assert "priority-class-exists" in {f[0] for f in _evaluate(docs)}
     rule = registered()["priority-class-exists"]
     wrong = replace(rule, render_needs=frozenset({"NoSuchKind"}))
-    monkeypatch.setitem(engine._RULES, rule.id, wrong)
+    monkeypatch.setitem(registry._RULES, rule.id, wrong)
     assert "priority-class-exists" not in {f[0] for f in _evaluate(docs)}
     _without_render_needs(monkeypatch)
     assert "priority-class-exists" in {f[0] for f in _evaluate(docs)}

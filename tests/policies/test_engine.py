@@ -16,10 +16,10 @@ from tests.policies.fixtures import baseline, edit, job, platform, pod, pytorchj
 from tests.support import REPO, write
 from trainops.errors import InputError
 from trainops.model import Document, Target
-from trainops.policy import engine
-from trainops.policy.engine import Context, PolicySettings, evaluate, registered
+from trainops.policy import Context, registered, registry, resource_rule
+from trainops.policy.engine import evaluate
 from trainops.policy.pods import pod_templates
-from trainops.policy.settings import load_pack, load_settings
+from trainops.policy.settings import PolicySettings, load_pack, load_settings
 
 load_pack(REPO / "policies")
 NO_SHM = edit(
@@ -401,7 +401,7 @@ def test_a_rule_that_raises_is_reported_and_the_other_rules_go_on(monkeypatch):
         yield  # a generator, like every rule
 
     rule = registered()["dev-shm-missing"]
-    monkeypatch.setitem(engine._RULES, rule.id, replace(rule, check=broken))
+    monkeypatch.setitem(registry._RULES, rule.id, replace(rule, check=broken))
     found = run(NO_SHM())
     crashed = [f for f in found if f.rule == "dev-shm-missing"]
     assert crashed and all(
@@ -417,13 +417,13 @@ def test_an_applies_predicate_that_raises_lets_its_rules_run(monkeypatch):
 
     rule = registered()["dev-shm-missing"]
     assert rule.applies is not None  # else the test would not test the predicate
-    monkeypatch.setitem(engine._RULES, rule.id, replace(rule, applies=broken))
+    monkeypatch.setitem(registry._RULES, rule.id, replace(rule, applies=broken))
     assert "dev-shm-missing" in rules_of(run(NO_SHM()))  # as if the predicate had held
 
 
 def test_resource_rules_name_their_kinds():
     with pytest.raises(ValueError, match="must name its kinds"):
-        engine.resource_rule(id="no-kinds", severity="error", title="t", why="w", fix="f")(
+        resource_rule(id="no-kinds", severity="error", title="t", why="w", fix="f")(
             lambda doc, ctx: iter(())
         )
 

@@ -11,8 +11,9 @@ from tests.policies import catalog_fixtures, fixtures
 from tests.policies.fixtures import RENDER_FIXTURES, baseline
 from tests.support import REPO, write
 from trainops.model import Document, Target
-from trainops.policy.engine import Context, PolicySettings, evaluate, registered
-from trainops.policy.settings import load_pack
+from trainops.policy import Context, registered
+from trainops.policy.engine import evaluate
+from trainops.policy.settings import PolicySettings, load_pack
 from trainops.render.engine import Renderer, RenderOptions
 
 load_pack(REPO / "policies")

@@ -13,8 +13,9 @@ import sys
 from tests.scale import synthetic_render
 from tests.support import REPO
 from trainops.model import Document, Target
-from trainops.policy.engine import Context, PolicySettings, evaluate
-from trainops.policy.settings import load_pack
+from trainops.policy import Context
+from trainops.policy.engine import evaluate
+from trainops.policy.settings import PolicySettings, load_pack
 
 load_pack(REPO / "policies")
 

@@ -15,7 +15,9 @@ from tests.policies.fixtures import (
 from tests.policies.test_rules import findings
 from tests.support import REPO
 from trainops.model import Document, Target
-from trainops.policy.engine import Context, PolicySettings, evaluate
+from trainops.policy import Context
+from trainops.policy.engine import evaluate
+from trainops.policy.settings import PolicySettings
 from trainops.profile.model import load_profile
 
 PAIRS = list(V2BETA1_FIXTURES.items()) + [

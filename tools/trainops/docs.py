@@ -11,6 +11,7 @@ their GENERATED markers);
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 from collections.abc import Callable
@@ -76,11 +77,12 @@ def profile_table() -> str:
 
 def policy_reference(pack: Path) -> str:
     from trainops import failures
-    from trainops.policy.engine import EXEMPT_PREFIX, SECURITY
-    from trainops.policy.settings import load_pack
+    from trainops.policy import SECURITY
+    from trainops.policy.exemptions import EXEMPT_PREFIX
+    from trainops.policy.settings import load_all
     from trainops.rules import DOCTOR, catalog
 
-    load_pack(pack)
+    load_all(pack)
     caught = failures.by_check(failures.load(pack / "catalog"))
     rules = sorted(
         (r for r in catalog().values() if r.category != DOCTOR),
@@ -102,6 +104,23 @@ def policy_reference(pack: Path) -> str:
         "the change being checked cannot switch its own checks off. Every exemption in",
         "effect is reported (`exemption-in-effect`).",
         "",
+        "## Severity contract",
+        "",
+        "- `error`: a cited, pinned source (an upstream code line or a versioned document,",
+        "  listed under the rule as Sources) shows that the cluster refuses the object (the API",
+        "  server, an operator's webhook, the namespace's Pod Security level, a",
+        "  ValidatingAdmissionPolicy) or that the workload fails, hangs, loses data or runs",
+        "  silently wrong.",
+        "- `warning`: degradation, risk, or a security posture nobody declared.",
+        "- `info`: advice and context.",
+        "",
+        "A rule that reports more than one severity says when it reports each. Host access",
+        "(host namespaces and paths, privileges, capabilities, another service account) is",
+        "graded by posture: an error in a run or a team's namespace and where",
+        "`policies/config.yaml` says `security: enforce` for the path or namespace, info on a",
+        "node agent (a DaemonSet mounting the kubelet's, CNI, device-plugin or driver paths),",
+        "a warning elsewhere. tests/test_severity_contract.py holds every rule to this.",
+        "",
         "| Rule | Severity | Checks |",
         "|---|---|---|",
     ]
@@ -113,6 +132,23 @@ def policy_reference(pack: Path) -> str:
         if rule.kinds:
             lines += [f"Applies to: {', '.join(rule.kinds)}.", ""]
         lines += [f"Why: {rule.why}", "", f"Fix: {rule.fix}"]
+        if rule.when:
+            lines += [
+                "",
+                "Severity: " + "; ".join(f"{lvl} {cond}" for lvl, cond in rule.when) + ".",
+            ]
+        if rule.sources:
+            lines += [
+                "",
+                "Sources: "
+                + ", ".join(
+                    f"<{url}>"
+                    if url.startswith("https://")
+                    else f"[{url}]({url.removeprefix('docs/')})"
+                    for url in rule.sources
+                )
+                + ".",
+            ]
         if rule.id in examples:
             lines += ["", examples[rule.id]]
         if rule.id in caught:
@@ -191,12 +227,11 @@ def failure_modes(pack: Path) -> str:
 
 def check_kinds(pack: Path) -> dict[str, str]:
     """Every id a catalog entry may name -> policy | admission | doctor | diff."""
-    import trainops.cli.doctor  # noqa: F401 - registers the doctor's checks
     from trainops import failures
-    from trainops.policy.settings import load_pack
+    from trainops.policy.settings import load_all
     from trainops.rules import DOCTOR, catalog
 
-    load_pack(pack)
+    load_all(pack)
     kinds = {
         rule.id: "doctor"
         if rule.category == DOCTOR
@@ -267,8 +302,11 @@ def _manifest(root: Path, path: str) -> str:
 
 def doctor_findings() -> str:
     """Every finding id `trainops doctor` prints, from the rule catalog."""
-    import trainops.cli.doctor  # noqa: F401 - registers the doctor's checks
+    from trainops.policy.settings import CATALOG_MODULES
     from trainops.rules import DOCTOR, catalog
+
+    for module in CATALOG_MODULES:
+        importlib.import_module(module)
 
     rules = sorted((r for r in catalog().values() if r.category == DOCTOR), key=lambda r: r.id)
     rows = ["| Finding | Severity | Checks | Fix |", "|---|---|---|---|"]

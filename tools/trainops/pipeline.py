@@ -27,8 +27,9 @@ from typing import Any, Protocol
 from trainops.cache import Cache, FileHasher, code_fingerprint, digest
 from trainops.errors import InputError
 from trainops.model import Document, Target, computed_once
-from trainops.policy.engine import Context, PolicySettings, evaluate
-from trainops.policy.settings import load_pack, load_settings
+from trainops.policy import Context
+from trainops.policy.engine import evaluate
+from trainops.policy.settings import PolicySettings, load_pack, load_settings
 from trainops.render.discover import display_path
 from trainops.render.engine import Plan, Renderer, RenderOptions, RenderResult
 from trainops.render.origin import Placer

@@ -143,13 +143,11 @@ def rule_ids(values: tuple[str, ...]) -> list[str]:
 
 
 def known_rules(policy_pack: Path | None) -> list[str]:
+    from trainops.policy.settings import load_all
     from trainops.rules import DOCTOR, catalog
-    from trainops.schema import check  # noqa: F401 - registers the built-in checks
 
     if policy_pack is not None:
-        from trainops.policy.settings import load_pack
-
-        load_pack(policy_pack)
+        load_all(policy_pack)
     return sorted(r.id for r in catalog().values() if r.category != DOCTOR)
 
 

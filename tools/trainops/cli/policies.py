@@ -9,8 +9,10 @@ import click
 
 from trainops.cli.common import complete_rule_ids, project_config
 from trainops.errors import InputError
-from trainops.policy.engine import EXEMPT_PREFIX, SECURITY
-from trainops.policy.settings import load_pack
+from trainops.policy import SECURITY
+from trainops.policy.exemptions import EXEMPT_PREFIX
+from trainops.policy import registered
+from trainops.policy.settings import PACK_MODULE, load_all
 from trainops.rules import DOCTOR, RuleInfo, catalog
 
 
@@ -18,9 +20,7 @@ def _rules() -> dict[str, RuleInfo]:
     config = project_config()
     if config.policy_pack is None:
         raise InputError("no policy pack found (set policies in [tool.trainops])")
-    load_pack(config.policy_pack)
-    import trainops.cli.doctor  # noqa: F401 - registers the doctor's findings for `explain`
-
+    load_all(config.policy_pack)
     return catalog()
 
 
@@ -58,6 +58,16 @@ def explain(rule_id: str) -> None:
         click.echo(f"applies to: {', '.join(rule.kinds)}")
     click.echo("\nwhy:\n" + wrap.fill(rule.why))
     click.echo("\nfix:\n" + wrap.fill(rule.fix))
+    if rule.when:
+        click.echo("\nseverity:")
+        for level, condition in rule.when:
+            click.echo(wrap.fill(f"{level}: {condition}"))
+    if rule.sources:
+        click.echo("\nsources:\n" + "\n".join(f"  {url}" for url in rule.sources))
+    defined = registered().get(rule.id)
+    if defined is not None:
+        module = defined.check.__module__.replace(PACK_MODULE, "policies", 1)
+        click.echo(f"\ndefined in: {module.replace('.', '/')}.py")
     if rule.category == "policy":
         click.echo(
             "\nexempt one resource (with a reason):\n"

@@ -11,6 +11,10 @@ The settings file overrides severities and lists exemptions that expire:
       expires: 2027-06-30
     annotation-paths:       # where resources may exempt themselves from security rules
     - base/operators        # repository-relative; a listed path covers what is below it
+    security:               # where host access is an error although no team owns it
+      enforce:
+        paths: [base/operators]      # repository-relative globs
+        namespaces: [prod-*]         # namespace globs
 
 An unknown rule id or a malformed entry makes the file unreadable (exit 2,
 with the line); an exemption past its date is an error finding and no longer
@@ -23,17 +27,51 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any
 
 from trainops.errors import InputError
 from trainops.model import ERROR, SEVERITIES, Finding
-from trainops.policy.engine import Exemption, PolicySettings, registered
+from trainops.policy.exemptions import Exemption
+from trainops.policy.posture import Enforcement
+from trainops.policy.registry import registered
 from trainops.render.discover import display_path
 from trainops.yamlio import load_yaml_mapping, locate, read_text
 
 PACK_MODULE = "trainops_policies"
+KEYS = ("severity", "exemptions", "annotation-paths", "security")
+
+
+@dataclass
+class PolicySettings:
+    severity: dict[str, str] = field(default_factory=dict)  # rule id -> severity or "off"
+    exemptions: list[Exemption] = field(default_factory=list)  # only those still in force
+    # Paths (repository-relative, globs) whose own exemption annotations may silence
+    # security rules; a run is never one of them.
+    annotation_paths: tuple[str, ...] = ()
+    # Where host access is an error although no team owns the object (policy/posture.py).
+    enforcement: Enforcement = field(default_factory=Enforcement)
+    problems: list[Finding] = field(default_factory=list)  # about the settings themselves
+
+
+# Modules that add entries of their own to the catalog when imported: the API server's
+# and operators' checks, and the doctor's findings.
+CATALOG_MODULES = (
+    "trainops.admission",
+    "trainops.doctor.analysis",
+    "trainops.doctor.job",
+    "trainops.doctor.nccl_tests",
+)
+
+
+def load_all(pack: Path) -> None:
+    """Make the catalog (trainops.rules) complete: every built-in check, every finding of
+    the doctor and every rule of the policy pack in `pack`."""
+    for module in CATALOG_MODULES:
+        importlib.import_module(module)
+    load_pack(pack)
 
 
 def load_pack(directory: Path) -> None:
@@ -67,18 +105,14 @@ def load_settings(path: Path | None, today: date | None = None) -> PolicySetting
         return InputError(message, where, line + 1 if line is not None else None)
 
     for key in data:
-        if key not in ("severity", "exemptions", "annotation-paths"):
-            raise fail(
-                f"unknown key {key!r} (expected severity, exemptions, annotation-paths)", key
-            )
+        if key not in KEYS:
+            raise fail(f"unknown key {key!r} (expected {', '.join(KEYS)})", key)
     settings = PolicySettings()
     paths = data.get("annotation-paths") or []
-    if not isinstance(paths, list) or not all(
-        isinstance(p, str) and p.strip() and not p.startswith("/") and ".." not in p.split("/")
-        for p in paths
-    ):
+    if not _relative_paths(paths):
         raise fail("annotation-paths: a list of repository-relative paths", "annotation-paths")
     settings.annotation_paths = tuple(p.strip().rstrip("/") for p in paths)
+    settings.enforcement = _enforcement(data.get("security"), fail)
     severity = data.get("severity") or {}
     if not isinstance(severity, dict):
         raise fail("severity must map rule ids to error, warning, info or off", "severity")
@@ -119,6 +153,41 @@ def load_settings(path: Path | None, today: date | None = None) -> PolicySetting
         else:
             settings.exemptions.append(settings_entry)
     return settings
+
+
+def _relative_paths(paths: Any) -> bool:
+    return isinstance(paths, list) and all(
+        isinstance(p, str) and p.strip() and not p.startswith("/") and ".." not in p.split("/")
+        for p in paths
+    )
+
+
+def _enforcement(security: Any, fail) -> Enforcement:
+    """`security: {enforce: {paths: [...], namespaces: [...]}}`."""
+    if security is None:
+        return Enforcement()
+    if not isinstance(security, dict) or set(security) - {"enforce"}:
+        raise fail("security: a mapping with one key, enforce", "security")
+    enforce = security.get("enforce") or {}
+    if not isinstance(enforce, dict) or set(enforce) - {"paths", "namespaces"}:
+        raise fail("security.enforce: a mapping of paths and namespaces", "security", "enforce")
+    paths = enforce.get("paths") or []
+    if not _relative_paths(paths):
+        raise fail(
+            "security.enforce.paths: a list of repository-relative paths", "security", "enforce"
+        )
+    namespaces = enforce.get("namespaces") or []
+    if not isinstance(namespaces, list) or not all(
+        isinstance(n, str) and n.strip() for n in namespaces
+    ):
+        raise fail(
+            "security.enforce.namespaces: a list of namespace names or globs",
+            "security",
+            "enforce",
+        )
+    return Enforcement(
+        tuple(p.strip().rstrip("/") for p in paths), tuple(n.strip() for n in namespaces)
+    )
 
 
 def _exemption(entry: Any, index: int, known: dict, fail, where: str) -> Exemption:
