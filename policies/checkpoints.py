@@ -47,6 +47,7 @@ def checkpoint_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 @pod_rule(
     id="checkpoint-volume-ephemeral",
     severity=ERROR,
+    source="https://v1-35.docs.kubernetes.io/docs/concepts/storage/volumes/#emptydir",
     title="Checkpoints live on persistent storage",
     why="An emptyDir disappears with the pod and a hostPath stays on one node: after the "
     "failure a checkpoint exists to survive, the restarted job finds nothing to resume from.",
@@ -73,6 +74,7 @@ SHARED_MODES = frozenset({"ReadWriteMany", "ReadOnlyMany"})
 @pod_rule(
     id="pvc-shared-rwo",
     severity=ERROR,
+    source="https://v1-35.docs.kubernetes.io/docs/concepts/storage/persistent-volumes/#access-modes",
     title="A volume shared by several pods can attach to several nodes",
     why="A ReadWriteOnce volume attaches to one node (ReadWriteOncePod to one pod), even when "
     "the pods mount it readOnly: pods on other nodes wait in ContainerCreating with a "
@@ -103,6 +105,7 @@ def shared_rwo(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 @pod_rule(
     id="checkpoint-dir-not-mounted",
     severity=ERROR,
+    source="https://v1-35.docs.kubernetes.io/docs/concepts/storage/volumes/",
     title="The trainer's checkpoint directory is on a mounted volume",
     why="A checkpoint directory outside every volume mount is the container's own filesystem, "
     "gone at the first restart.",
@@ -179,6 +182,7 @@ def _claim_of(pod: PodTemplate, mount: dict) -> str | None:
 @pod_rule(
     id="checkpoint-mount-per-job",
     severity=ERROR,
+    source="docs/security.md#the-checkpoint-volume",
     title="A run mounts only its own directory of the shared checkpoint claim",
     why="Every run of a cluster shares one ReadWriteMany checkpoint claim. The trainer keeps "
     "each job in <claim>/<job name>/ only because the template mounts that sub-path; a pod "

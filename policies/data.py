@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from trainops.model import ERROR, WARNING
+from trainops.model import WARNING
 from trainops.policy import Context, Violation, pod_rule
 from trainops.policy.pods import PodTemplate, mapping
 
@@ -45,11 +45,11 @@ def _pods_of_job(pod: PodTemplate, ctx: Context) -> int:
 
 @pod_rule(
     id="data-prep-every-replica",
-    severity=ERROR,
+    severity=WARNING,
     title="Data is prepared once per job, not by every replica into one shared claim",
     why="An init container that downloads or syncs data into a shared ReadWriteMany claim "
-    "runs in every pod of the job: N copies write the same files at once (corrupt or "
-    "half-written data for the ranks that start first), N times the transfer, and every "
+    "runs in every pod of the job: N copies write the same files at once (which can leave "
+    "corrupt or half-written data for the ranks that start first), N times the transfer, and every "
     "restart of any pod does it again.",
     fix="Prepare the data once per run: `trainops new-run --dataset-claim NAME --prepare "
     "COMMAND` runs COMMAND in one Job with the claim writable while the ranks wait for it; "

@@ -20,6 +20,7 @@ from trainops.render.discover import display_path
     "it, and what the profile says (nodes, fabric, NCCL) is not what Argo CD syncs.",
     fix="Put the change in cluster.yaml and run `trainops set CLUSTER` (no assignment "
     "regenerates the overlay), then review the diff it prints.",
+    source="docs/overlays.md#what-the-generator-derives",
 )
 def profile_drift(ctx: Context) -> Iterator[tuple[Document | None, Violation]]:
     if ctx.profile is None or ctx.has_platform:

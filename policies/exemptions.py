@@ -24,6 +24,13 @@ def exemption_annotations_present(doc: Document) -> bool:
     "rule id from `trainops policies list`.",
     kinds=EVERY_KIND,
     applies=exemption_annotations_present,
+    when={
+        "error": "an exemption in policies/config.yaml has expired: the platform's own "
+        "configuration says its date is the end of the exemption",
+        "warning": "an annotation names no rule, gives no reason, or cannot exempt from a "
+        "security rule",
+    },
+    source="docs/policies.md#policy-exemption",
 )
 def exemption_annotations(doc: Document, ctx: Context) -> Iterator[Violation]:
     annotations = doc.metadata.get("annotations")
@@ -34,9 +41,9 @@ def exemption_annotations(doc: Document, ctx: Context) -> Iterator[Violation]:
         path = ("metadata", "annotations", key)
         rules = registered()
         if rule_id not in rules:
-            yield Violation(f"exemption names unknown rule {rule_id!r}", path)
+            yield Violation(f"exemption names unknown rule {rule_id!r}", path, severity=WARNING)
         elif not str(value).strip():
-            yield Violation(f"exemption from {rule_id} gives no reason", path)
+            yield Violation(f"exemption from {rule_id} gives no reason", path, severity=WARNING)
         elif rules[rule_id].info.category == SECURITY and not ctx.annotations_trusted:
             yield Violation(
                 f"{rule_id} is a security rule: an annotation here does not exempt from it",

@@ -17,6 +17,7 @@ from . import common
 @pod_rule(
     id="multus-network-missing",
     severity=ERROR,
+    source="https://github.com/k8snetworkplumbingwg/multus-cni/blob/v4.3.0/pkg/k8sclient/k8sclient.go#L297",
     title="Multus attachments name a NetworkAttachmentDefinition that exists",
     why="Multus looks the NAD up in the pod's namespace unless the annotation names another; "
     "a missing one keeps the pod in ContainerCreating (or, with some setups, starts it "
@@ -80,13 +81,29 @@ def _generated_namespace(doc: Document) -> str:
 @resource_rule(
     id="nad-config-invalid",
     severity=ERROR,
+    source=(
+        "https://github.com/k8snetworkplumbingwg/multus-cni/blob/v4.3.0/pkg/types/conf.go#L58",
+        "https://github.com/containernetworking/plugins/blob/v1.9.1/plugins/main/vlan/vlan.go#L187",
+        "https://github.com/containernetworking/plugins/blob/v1.9.1/plugins/main/ipvlan/ipvlan.go#L267",
+    ),
     title="NetworkAttachmentDefinition configs are valid CNI JSON",
     why="spec.config is a JSON document in a string: schemas cannot see inside it. A syntax "
-    "error, a missing type or cniVersion, or an interface plugin without IPAM is only found "
-    "when the first pod fails to start.",
+    "error, a missing type, or a vlan (or unchained ipvlan) plugin without IPAM, which both "
+    "call their IPAM plugin unconditionally, is only found when the first pod fails to "
+    "start. IPAM is optional for macvlan, bridge, host-device, sriov and ib-sriov: without "
+    "it the interface comes up with no address (fine for pure RDMA/IB, not for anything "
+    "that needs IP on it); a missing cniVersion is read as 0.1.0.",
     fix="Give the config cniVersion, name, type (or a plugins list of typed plugins) and, for "
     "macvlan/ipvlan/sriov/ib-sriov/host-device, an ipam section (whereabouts for multi-node).",
     kinds=("NetworkAttachmentDefinition",),
+    when={
+        "error": "spec.config is not a JSON object, has no type (or an empty or untyped "
+        "plugins list), or a vlan plugin, or an ipvlan plugin not chained after one that "
+        "assigns addresses, has no ipam section",
+        "warning": "no cniVersion, an interface plugin whose IPAM is optional (macvlan, "
+        "bridge, host-device, sriov, ib-sriov) without an ipam section, or a config name "
+        "other than the object's",
+    },
 )
 def nad_config_invalid(doc: Document, ctx: Context) -> Iterator[Violation]:
     at = ("spec", "config")
@@ -95,7 +112,7 @@ def nad_config_invalid(doc: Document, ctx: Context) -> Iterator[Violation]:
         yield Violation(problem or "invalid config", at)
         return
     if not cni.get("cniVersion"):
-        yield Violation("config has no cniVersion", at)
+        yield Violation("config has no cniVersion", at, severity=WARNING)
     if "plugins" in cni and not multus.plugins(cni):
         yield Violation("config has an empty plugins list", at)
     for plugin in multus.plugins(cni):
@@ -104,7 +121,9 @@ def nad_config_invalid(doc: Document, ctx: Context) -> Iterator[Violation]:
     interface_plugins = [t for t in multus.types(cni) if t in multus.NEEDS_IPAM]
     if interface_plugins and multus.ipam(cni) is None:
         yield Violation(
-            f"{interface_plugins[0]} network has no ipam section: pods get no address", at
+            f"{interface_plugins[0]} network has no ipam section: pods get no address",
+            at,
+            severity=None if _ipam_required(cni) else WARNING,
         )
     if cni.get("name") and cni["name"] != doc.name:
         yield Violation(
@@ -112,6 +131,15 @@ def nad_config_invalid(doc: Document, ctx: Context) -> Iterator[Violation]:
             at,
             severity=WARNING,
         )
+
+
+def _ipam_required(cni: dict) -> bool:
+    """A plugin that runs its IPAM plugin whatever the config says: vlan always, ipvlan
+    unless a plugin before it in the chain assigned addresses (containernetworking/plugins
+    v1.9.1 vlan.go, ipvlan.go). macvlan, bridge, host-device, sriov and ib-sriov skip IPAM
+    when the config has none."""
+    kinds = multus.types(cni)
+    return "vlan" in kinds or (bool(kinds) and kinds[0] == "ipvlan")
 
 
 @resource_rule(

@@ -57,6 +57,10 @@ def _selects_gpu_nodes(pod: PodTemplate) -> bool:
     fix="Select the GPU product (nodeSelector nvidia.com/gpu.product: ...) and tolerate "
     "nvidia.com/gpu.",
     applies=common.gpu_pod,
+    when={
+        "warning": "no node selector or node affinity for GPU nodes",
+        "info": "no toleration for the nvidia.com/gpu taint (only some clusters taint GPU nodes)",
+    },
 )
 def gpu_node_placement(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if pod.partial:
@@ -122,14 +126,24 @@ def _terms(pod: PodTemplate) -> Iterator[tuple[tuple, dict]]:
 
 @pod_rule(
     id="placement-selects-own-pods",
-    severity=ERROR,
+    severity=WARNING,
+    source="https://v1-35.docs.kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#inter-pod-affinity-and-anti-affinity",
     title="Topology spread and pod affinity count this job's pods",
     why="A constraint whose selector names another job (a template's name after a run renamed "
     "the job), or matches none of the pod's own labels, balances against unrelated pods: the "
-    "job's own ranks are not kept together or apart.",
+    "job's own ranks are not kept together or apart. A required pod affinity to another "
+    "job's pods blocks scheduling outright: the scheduler lets a pod with required affinity "
+    "through when no pod matches only if the pod matches its own terms, so the job's pods "
+    "stay Pending while that job's pods are not running.",
     fix=f"Select {JOB_NAME_LABEL} of this job, or use matchLabelKeys: [{JOB_NAME_LABEL}] so "
     "the selector follows the job name.",
     kinds=tuple(REPLICA_FIELDS),
+    when={
+        "error": "a requiredDuringSchedulingIgnoredDuringExecution podAffinity term selects "
+        f"another job by {JOB_NAME_LABEL}",
+        "warning": "any other topology spread or pod (anti-)affinity term that does not select "
+        "the job's own pods",
+    },
 )
 def selects_own_pods(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     labels = effective_labels(pod)
@@ -138,7 +152,15 @@ def selects_own_pods(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
             selector = (term.get("labelSelector") or {}).get("matchLabels") or {}
             other = selector.get(JOB_NAME_LABEL)
             detail = f"job {other}" if other else "pods of any job"
-            yield Violation(f"the constraint selects {detail}, not {pod.doc.name}", at)
+            blocks = other is not None and at[-3:-1] == (
+                "podAffinity",
+                "requiredDuringSchedulingIgnoredDuringExecution",
+            )
+            yield Violation(
+                f"the constraint selects {detail}, not {pod.doc.name}",
+                at,
+                severity=ERROR if blocks else None,
+            )
 
 
 @pod_rule(
@@ -171,6 +193,10 @@ def _total_pods(doc: Document, ctx: Context) -> int | None:
 @resource_rule(
     id="gang-min-available",
     severity=ERROR,
+    source=(
+        "https://github.com/volcano-sh/volcano/blob/v1.15.1/pkg/webhooks/admission/jobs/validate/admit_job.go#L180",
+        "https://github.com/volcano-sh/volcano/blob/v1.15.1/pkg/scheduler/plugins/gang/gang.go#L84",
+    ),
     title="Gang scheduling waits for every pod of the job",
     why="minAvailable below the number of pods lets the scheduler start part of a job whose "
     "ranks all have to be there: the placed pods hold GPUs and wait for the rest. Above it, "
@@ -178,6 +204,12 @@ def _total_pods(doc: Document, ctx: Context) -> int | None:
     fix="Set runPolicy.schedulingPolicy.minAvailable (a Volcano Job's spec.minAvailable) to "
     "the number of pods the job runs.",
     kinds=(*REPLICA_FIELDS, "Job"),
+    when={
+        "error": "minAvailable above the number of pods: Volcano's webhook refuses a Volcano "
+        "Job, and a PodGroup with more members than pods never passes gang scheduling",
+        "warning": "minAvailable below the number of pods of a job whose ranks all have to run "
+        "(a partial start holds GPUs while it waits for the rest)",
+    },
 )
 def gang_min_available(doc: Document, ctx: Context) -> Iterator[Violation]:
     spec = mapping(doc.obj.get("spec"))
@@ -198,7 +230,7 @@ def gang_min_available(doc: Document, ctx: Context) -> Iterator[Violation]:
         yield Violation(
             f"minAvailable is {wanted} but the job has {total} pods that all have to run",
             at,
-            severity=ERROR if doc.kind != "Job" else WARNING,
+            severity=WARNING,
         )
 
 
@@ -230,6 +262,10 @@ def names_queue(doc: Document) -> bool:
 @resource_rule(
     id="queue-exists",
     severity=ERROR,
+    source=(
+        "https://github.com/kubernetes-sigs/kueue/blob/v0.19.2/pkg/controller/core/workload_controller.go#L2084",
+        "https://github.com/volcano-sh/volcano/blob/v1.15.1/pkg/webhooks/admission/jobs/validate/admit_job.go#L203",
+    ),
     title="Queues a job names exist",
     why="Kueue leaves a job whose LocalQueue does not exist suspended forever; Volcano rejects "
     "a PodGroup for a missing queue. Either way nothing starts and nothing fails.",
@@ -269,6 +305,7 @@ def queue_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
 @resource_rule(
     id="kueue-quota-fits",
     severity=ERROR,
+    source="https://github.com/kubernetes-sigs/kueue/blob/v0.19.2/pkg/scheduler/flavorassigner/flavorassigner.go#L1368",
     title="A queued job fits the quota of the ClusterQueue behind its LocalQueue",
     why="Kueue admits a pod set only when one flavor's quota (plus what the queue may borrow "
     "from its cohort) holds all of it at once: a job that needs more GPUs than its queue can "

@@ -165,6 +165,10 @@ def restricted(pod: PodTemplate) -> Iterator[str]:
 @pod_rule(
     id="pod-security-level",
     severity=ERROR,
+    source=(
+        "https://github.com/kubernetes/kubernetes/blob/v1.34.0/staging/src/k8s.io/pod-security-admission/policy/check_hostNamespaces.go",
+        "https://github.com/kubernetes/kubernetes/blob/v1.34.0/staging/src/k8s.io/pod-security-admission/policy/check_capabilities_baseline.go",
+    ),
     title="Pods meet the Pod Security level their namespace enforces",
     why="Pod Security admission refuses pods that break the level a namespace enforces "
     "(pod-security.kubernetes.io/enforce): baseline forbids host namespaces, hostPath, "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from trainops.model import ERROR, Document
+from trainops.model import ERROR, WARNING, Document
 from trainops.policy import EVERY_KIND, Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import POD_KINDS, PodTemplate, dicts, mapping, resources
 
@@ -43,7 +43,7 @@ def _queue_label(doc: Document) -> str | None:
 
 @resource_rule(
     id="queue-label-unmanaged-kind",
-    severity=ERROR,
+    severity=WARNING,
     title="Queue labels are on kinds Kueue manages",
     why="Kueue admits (and holds back) only the kinds it has an integration for; it manages "
     "the MPI Operator's MPIJob kubeflow.org/v2beta1, not the Training Operator's v1 one. A "
@@ -85,6 +85,7 @@ def _requested(pod: PodTemplate) -> dict[str, int]:
 @pod_rule(
     id="kueue-covers-requests",
     severity=ERROR,
+    source="https://github.com/kubernetes-sigs/kueue/blob/v0.19.2/pkg/scheduler/flavorassigner/flavorassigner.go#L1071",
     title="The ClusterQueue covers every resource a queued job's pods request",
     why="Kueue assigns a flavor to each resource a pod requests; one that no resource group "
     "of the ClusterQueue covers ('resource ... unavailable in ClusterQueue') keeps the job "

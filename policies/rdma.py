@@ -14,6 +14,7 @@ from . import common
 @pod_rule(
     id="rdma-resource-missing",
     severity=ERROR,
+    source="https://github.com/NVIDIA/nccl/blob/v2.27.7-1/src/transport/net_ib.cc#L749",
     title="Pods on an RDMA fabric request an RDMA device",
     why="The Multus annotation gives the pod an interface; the RDMA verbs device comes only "
     "from a device-plugin resource (rdma/..., an SR-IOV VF). Without it NCCL finds no IB "
@@ -46,13 +47,16 @@ def _wanted_resource(pod: PodTemplate, ctx: Context) -> str:
 
 @pod_rule(
     id="rdma-ipc-lock",
-    severity=ERROR,
+    severity=WARNING,
     title="RDMA containers can lock memory the way they run",
     why="RDMA registers (pins) memory with the NIC, which needs CAP_IPC_LOCK in effect or a "
     "locked-memory limit (RLIMIT_MEMLOCK) big enough. A capability added in the pod spec is "
     "in effect only for root: a non-root process gets no ambient capabilities "
     "(kubernetes#56374), so IPC_LOCK does nothing for it and, because Pod Security's "
-    "baseline forbids it, only widens what the namespace must allow.",
+    "baseline forbids it, only widens what the namespace must allow. Whether memory "
+    "registration works without the capability depends on the memlock limit the node's "
+    "container runtime gives containers (the manifest does not show it; an unlimited one "
+    "is the usual RDMA node setup), so the finding is a risk, not a certain failure.",
     fix="Non-root (the trainer image, uid 1000): drop IPC_LOCK and have the node's container "
     "runtime give containers an unlimited memlock limit (containerd: LimitMEMLOCK=infinity; "
     "CRI-O: default_ulimits memlock=-1:-1). Root: add securityContext.capabilities.add: "
@@ -150,10 +154,11 @@ def gpudirect(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @resource_rule(
     id="clusterpolicy-host-mofed",
-    severity=ERROR,
+    severity=WARNING,
     title="useHostMofed comes with rdma.enabled",
     why="driver.rdma.useHostMofed only matters when driver.rdma.enabled is true; alone it does "
-    "nothing and GPUDirect RDMA stays off.",
+    "nothing and GPUDirect RDMA (nvidia-peermem) stays off: NCCL stages transfers through "
+    "host memory (slower), unless DMA-BUF provides GPUDirect.",
     fix="Set driver.rdma.enabled: true with useHostMofed, or use DMA-BUF (kernelModuleType: "
     "open) and drop both.",
     kinds=("ClusterPolicy",),

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from trainops.admission import quantity
-from trainops.model import ERROR, Document
+from trainops.model import ERROR, WARNING, Document
 from trainops.policy import Context, Violation, resource_rule
 from trainops.policy.pods import dicts, mapping
 
@@ -131,7 +131,7 @@ def framework(doc: Document) -> str | None:
 
 @resource_rule(
     id="kueue-framework-disabled",
-    severity=ERROR,
+    severity=WARNING,
     title="Kueue is configured to queue the kinds that carry its queue label",
     why="Kueue reconciles only the integrations its configuration lists "
     "(integrations.frameworks; batch/job alone when the list is empty). Its Helm chart and "
@@ -170,7 +170,7 @@ def _may_misplace_queue_label(doc: Document) -> bool:
 
 @resource_rule(
     id="queue-label-placement",
-    severity=ERROR,
+    severity=WARNING,
     title="The Kueue queue name is a label of the job itself",
     why="Kueue reads the queue name from the labels of the object it integrates "
     "(jobframework QueueNameForObject): a kueue.x-k8s.io/queue-name on the pod template, or "
@@ -224,6 +224,7 @@ def _selector_matches(selector: dict[str, Any], labels: dict[str, Any]) -> bool:
 @resource_rule(
     id="kueue-namespace-selector",
     severity=ERROR,
+    source="https://github.com/kubernetes-sigs/kueue/blob/v0.19.2/pkg/workload/resources.go#L245",
     title="The ClusterQueue behind a job's LocalQueue admits the job's namespace",
     why="A ClusterQueue admits workloads only from namespaces its namespaceSelector matches; "
     "a null selector matches no namespace at all (only {} matches every one). Workloads "
@@ -265,6 +266,10 @@ def kueue_namespace_selector(doc: Document, ctx: Context) -> Iterator[Violation]
 @resource_rule(
     id="priority-class-exists",
     severity=ERROR,
+    source=(
+        "https://v1-35.docs.kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/",
+        "https://github.com/kubernetes-sigs/kueue/blob/v0.19.2/pkg/util/priority/priority.go#L110",
+    ),
     title="Priority classes a job names exist",
     why="The API server's Priority admission refuses a pod whose priorityClassName names no "
     "PriorityClass, and Kueue cannot build the Workload of a job whose "
@@ -314,6 +319,7 @@ def _volcano_queue(doc: Document) -> tuple[str | None, tuple[Any, ...]]:
 @resource_rule(
     id="volcano-queue-capability",
     severity=ERROR,
+    source="https://github.com/volcano-sh/volcano/blob/v1.15.1/pkg/scheduler/plugins/proportion/proportion.go#L438",
     title="A gang fits the capability of its Volcano queue",
     why="Volcano's proportion plugin lets a job into its queue only when the job's minimum "
     "resources (the PodGroup's minResources, the whole gang for a training job) fit the "

@@ -25,6 +25,19 @@ from trainops.policy.pods import (
 
 from . import common
 
+# Host access is graded by the posture declared for the object (trainops/policy/posture.py).
+POSTURE = {
+    "error": "in a run or a team's namespace, or where policies/config.yaml says "
+    "`security: enforce` for the object's path or namespace",
+    "warning": "elsewhere: no security posture is declared for the object",
+    "info": "on a node agent (a DaemonSet mounting the kubelet's, runtime, CNI, device-plugin "
+    "or driver paths)",
+}
+THREAT_MODEL = "docs/security.md#what-a-run-can-and-cannot-do"
+
+# Device resources of fabrics that register memory for the NIC without an "rdma" name.
+FABRIC_DEVICES = frozenset({"vpc.amazonaws.com/efa"})
+
 # A whole value that a template tool or a reader replaces: $VAR, ${VAR}, {{ .x }}, <token>.
 PLACEHOLDER = re.compile(r"^(\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\{\{.*\}\}|<[^<>]+>)$")
 FLOATING_TAGS = {"latest", "main", "master", "nightly", "edge", "dev", "stable"}
@@ -70,7 +83,7 @@ def _injected(
 
 @pod_rule(
     id="image-pinned",
-    severity=ERROR,
+    severity=WARNING,
     title="Images are pinned to a release tag or a digest",
     why="An image without a tag, or with a moving tag (latest, main, snapshot...), changes under "
     "a running job: restarts mid-run pull different code than the first pods, and nothing in "
@@ -110,7 +123,7 @@ def image_pinned(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @render_rule(
     id="remote-base-pinned",
-    severity=ERROR,
+    severity=WARNING,
     title="Remote kustomize bases are pinned to a tag or commit",
     why="A remote base without ?ref= (or with a branch) renders whatever upstream pushed last: "
     "Argo CD can apply operator or CRD changes nobody reviewed.",
@@ -137,36 +150,45 @@ def _host_rule(field: str):
 
 pod_rule(
     id="host-network",
-    severity=ERROR,
     title="Pods use the pod network, not the node's",
     why="hostNetwork gives a pod every interface and port of the node; for training it also "
     "bypasses Multus, so the training network contract no longer applies.",
     fix="Use a Multus secondary network for the fabric; exempt node agents that need the "
     "host network in policies/config.yaml, with a reason and an expiry.",
     applies=sets_any("hostNetwork"),
+    severity=WARNING,
+    when=POSTURE,
+    source=THREAT_MODEL,
+    by_posture=True,
     security=True,
 )(_host_rule("hostNetwork"))
 pod_rule(
     id="host-pid",
-    severity=ERROR,
     title="Pods do not share the node's process namespace",
     why="hostPID lets a container see and signal every process on the node.",
     fix="Remove hostPID; exempt node agents that need it in policies/config.yaml, with a "
     "reason and an expiry.",
     applies=sets_any("hostPID"),
+    severity=WARNING,
+    when=POSTURE,
+    source=THREAT_MODEL,
+    by_posture=True,
     security=True,
 )(_host_rule("hostPID"))
 
 
 @pod_rule(
     id="privileged-container",
-    severity=ERROR,
     title="No privileged containers",
     why="A privileged container has every capability and all host devices. RDMA needs only "
     "IPC_LOCK and a device-plugin resource, not privilege.",
     fix="Drop privileged; add the specific capability (IPC_LOCK for RDMA). Exempt node agents "
     "that need privilege in policies/config.yaml, with a reason and an expiry.",
     applies=sets_any("securityContext"),
+    severity=WARNING,
+    when=POSTURE,
+    source=THREAT_MODEL,
+    by_posture=True,
     security=True,
 )
 def privileged(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
@@ -180,7 +202,7 @@ def privileged(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="secret-literal",
-    severity=ERROR,
+    severity=WARNING,
     title="Tokens come from Secrets, not literal env values",
     why="A token written into a manifest is in Git history for good, visible to everyone who "
     "can read the repository or the pod spec.",
@@ -212,6 +234,12 @@ def secret_literal(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     "NCCL proxies starve); GPUs and other extended resources must be set as limits.",
     fix="Set cpu and memory requests (and limits), and GPUs in limits (requests equal to "
     "limits if given).",
+    when={
+        "warning": "a container sets no cpu or memory: the scheduler packs it blindly",
+        "error": "a GPU is requested without a limit, or with a request other than its limit: "
+        "the API server refuses extended resources that can be overcommitted",
+    },
+    source="https://github.com/kubernetes/kubernetes/blob/v1.34.0/pkg/apis/core/validation/validation.go",
 )
 def resources_set(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if pod.partial:
@@ -241,7 +269,7 @@ def resources_set(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @resource_rule(
     id="appproject-wildcards",
-    severity=ERROR,
+    severity=WARNING,
     title="AppProjects list their sources, destinations and kinds",
     why="A wildcard source, destination or cluster-scoped kind lets anyone who can change an "
     "Application deploy anything anywhere the project reaches.",
@@ -302,7 +330,6 @@ def _checkpoint_volumes(pod: PodTemplate) -> set[str]:
 
 @pod_rule(
     id="host-path",
-    severity=ERROR,
     title="hostPath volumes only for shared memory, RDMA devices or a node-local checkpoint",
     why="A hostPath volume hands the container a directory of the node: `/` or /etc gives "
     "root on the node to whoever controls the image or the command, /var/run exposes the "
@@ -311,6 +338,10 @@ def _checkpoint_volumes(pod: PodTemplate) -> set[str]:
     fix="Use a memory-backed emptyDir for /dev/shm, the device plugin's resource for RDMA, "
     "the shared checkpoint claim for checkpoints; exempt node agents in policies/config.yaml.",
     applies=sets_any("volumes"),
+    severity=WARNING,
+    when=POSTURE,
+    source=THREAT_MODEL,
+    by_posture=True,
     security=True,
 )
 def host_path(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
@@ -337,7 +368,6 @@ def host_path(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="capabilities",
-    severity=ERROR,
     title="Containers add no capability but IPC_LOCK, and that only for RDMA",
     why="Added capabilities are pieces of root: SYS_ADMIN alone mounts filesystems and escapes "
     "the container, NET_ADMIN rewires the node's network. RDMA needs IPC_LOCK to pin memory "
@@ -345,6 +375,10 @@ def host_path(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     fix="Remove the capability; keep IPC_LOCK only on containers of pods that use RDMA (an "
     "RDMA network or device resource).",
     applies=sets_any("securityContext"),
+    severity=WARNING,
+    when=POSTURE,
+    source=THREAT_MODEL,
+    by_posture=True,
     security=True,
 )
 def capabilities(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
@@ -368,12 +402,15 @@ def capabilities(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="host-ports",
-    severity=ERROR,
     title="Containers open no port on the node",
     why="A hostPort binds the node's address: it can collide with other pods and node "
     "services, and exposes the container outside the cluster network policy.",
     fix="Use a Service (or the pod's own address, as torchrun's rendezvous does); drop hostPort.",
     applies=sets_any("ports"),
+    severity=WARNING,
+    when=POSTURE,
+    source=THREAT_MODEL,
+    by_posture=True,
     security=True,
 )
 def host_ports(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
@@ -392,9 +429,14 @@ def host_ports(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 def _may_use_rdma(pod: PodTemplate, ctx: Context) -> bool:
     """An RDMA network or device, or a secondary network with a device of its own: an
     SR-IOV VF (e.g. the Network Operator's nvidia.com/mlnxnics on an InfiniBand network)
-    is RDMA-capable whatever its resource is called."""
+    is RDMA-capable whatever its resource is called. Devices a pod claims through Dynamic
+    Resource Allocation and EFA adapters pin memory for the NIC as well."""
     if common.on_rdma_fabric(pod, ctx) or any(common.rdma_resources(c) for c in pod.containers):
         return True
+    if pod.spec.get("resourceClaims") or any(
+        resources(c, "limits").keys() & FABRIC_DEVICES for c in pod.containers
+    ):
+        return True  # devices from a DRA claim (a NIC's RDMA device) or AWS EFA
     if not pod.annotations.get(multus.ANNOTATION):
         return False
     return any(
@@ -406,7 +448,6 @@ def _may_use_rdma(pod: PodTemplate, ctx: Context) -> bool:
 
 @pod_rule(
     id="training-service-account",
-    severity=ERROR,
     title="Training pods keep the namespace's default service account, without its token",
     why="A run picking a service account borrows whatever that account may do in the API "
     "(an operator's account can create pods anywhere); turning token automount on puts that "
@@ -415,6 +456,10 @@ def _may_use_rdma(pod: PodTemplate, ctx: Context) -> bool:
     fix="Remove serviceAccountName and automountServiceAccountToken: true from the job; if "
     "training needs API access, the platform grants an account in policies/config.yaml.",
     applies=common.training_pod,
+    severity=WARNING,
+    when=POSTURE,
+    source=THREAT_MODEL,
+    by_posture=True,
     security=True,
 )
 def training_service_account(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
@@ -456,13 +501,16 @@ def _privileged_reason(pod: PodTemplate) -> str | None:
 
 @pod_rule(
     id="privileged-image-digest",
-    severity=ERROR,
     title="Pods with host access run images pinned by digest",
     why="A tag can be moved to other content at any time: on a pod with host access "
     "(privileged, host namespaces, hostPath, added capabilities) whoever can push that tag "
     "gets the node.",
     fix="Pin the image by digest (image@sha256:...; kustomize images: [{name, digest}]).",
     applies=sets_any("hostNetwork", "hostPID", "hostIPC", "volumes", "securityContext"),
+    severity=WARNING,
+    when=POSTURE,
+    source=THREAT_MODEL,
+    by_posture=True,
     security=True,
 )
 def privileged_image_digest(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:

@@ -73,6 +73,7 @@ def _why_shared(pod: PodTemplate) -> str:
 @pod_rule(
     id="dev-shm-missing",
     severity=ERROR,
+    source="https://github.com/NVIDIA/nccl/blob/v2.27.7-1/src/misc/shmutils.cc#L87",
     title="Pods whose processes share memory mount a memory-backed /dev/shm",
     why="A container's /dev/shm defaults to 64 MiB. NCCL between the GPUs of one container "
     "creates its shared-memory segments there and DataLoader worker processes pass batches "
@@ -84,6 +85,12 @@ def _why_shared(pod: PodTemplate) -> str:
     fix="Mount an emptyDir with medium: Memory and a sizeLimit at /dev/shm (8Gi per GPU is a "
     "good start).",
     applies=shares_memory,
+    when={
+        "error": "no /dev/shm volume and the pod runs DataLoader workers, or two or more GPUs "
+        "of one container under a kind or program known to use NCCL",
+        "warning": "two or more GPUs in one container of a program not known to use NCCL, or "
+        "hostIPC: true in place of a /dev/shm volume (the node's shared memory, see host-ipc)",
+    },
 )
 def dev_shm_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if pod.partial:
@@ -94,6 +101,7 @@ def dev_shm_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
         yield Violation(
             "hostIPC: true instead of a /dev/shm volume shares the node's IPC namespace",
             (*pod.path, "hostIPC"),
+            severity=WARNING,
         )
     else:
         dataloader = any(commandline.dataloader_workers(c) for c in pod.containers)
@@ -158,6 +166,10 @@ def dev_shm_not_memory(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 @pod_rule(
     id="host-ipc",
     severity=ERROR,
+    source=(
+        "https://v1-35.docs.kubernetes.io/docs/concepts/security/pod-security-standards/",
+        "docs/security.md#what-a-run-can-and-cannot-do",
+    ),
     title="Pods do not share the node's IPC namespace",
     why="hostIPC: true exposes the shared memory and semaphores of every process on the node; "
     "a training pod wanting a big /dev/shm needs a memory-backed emptyDir instead.",

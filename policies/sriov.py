@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from trainops import multus
-from trainops.model import ERROR, Document
+from trainops.model import ERROR, WARNING, Document
 from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import PodTemplate, env_index, env_of, mapping, resources
 
@@ -42,7 +42,7 @@ def _count(container: dict, name: str) -> int:
 
 @pod_rule(
     id="sriov-vfs-attached",
-    severity=ERROR,
+    severity=WARNING,
     title="A pod attaches its SR-IOV network once for every VF it requests",
     why="The device plugin hands the pod every VF it requests, but Multus configures one VF "
     "per network attachment (the next device ID of the network's resource): a pod that "
@@ -71,6 +71,7 @@ def vfs_attached(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 @pod_rule(
     id="nccl-ib-hca-exact-vf",
     severity=ERROR,
+    source="https://github.com/NVIDIA/nccl/blob/v2.27.7-1/src/transport/net_ib.cc#L749",
     title="NCCL_IB_HCA does not name host devices exactly in pods with SR-IOV VFs",
     why="A pod on an SR-IOV network sees its VFs, whose RDMA devices are named after the "
     "host's numbering of VFs (mlx5_13, ...), not the PFs (mlx5_0). An exact list "
@@ -97,6 +98,7 @@ def hca_exact_vf(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 @resource_rule(
     id="nad-sriov-resource-name",
     severity=ERROR,
+    source="https://github.com/k8snetworkplumbingwg/sriov-cni/blob/v2.10.0/pkg/config/config.go#L49",
     title="SR-IOV networks name the device-plugin resource their VFs come from",
     why="The SR-IOV CNI configures the VF the device plugin allocated to the pod; Multus "
     "finds it through the NAD's k8s.v1.cni.cncf.io/resourceName annotation. Without it no "
@@ -119,6 +121,7 @@ def nad_resource_name(doc: Document, ctx: Context) -> Iterator[Violation]:
 @pod_rule(
     id="network-device-count",
     severity=ERROR,
+    source="https://github.com/k8snetworkplumbingwg/sriov-cni/blob/v2.10.0/pkg/config/config.go#L49",
     title="Pods request a VF for every SR-IOV attachment",
     why="Each attachment to an SR-IOV network takes one VF of the network's resource from the "
     "pod's requests: two attachments with one VF requested leave the second without a "

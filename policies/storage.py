@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from trainops.model import ERROR, Document
+from trainops.model import ERROR, WARNING, Document
 from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import PodTemplate, env_index, env_of, mapping
 
@@ -61,7 +61,7 @@ def _default_class(ctx: Context) -> Document | None:
 
 @resource_rule(
     id="pvc-access-mode-unsupported",
-    severity=ERROR,
+    severity=WARNING,
     title="Claims ask for access modes their storage class can provide",
     why="Block storage (EBS, GCE PD, Azure Disk, Ceph RBD, local paths) attaches a filesystem "
     "to one node: a ReadWriteMany claim on it is never provisioned, and EBS or Azure Disk "
@@ -112,6 +112,7 @@ def _read_only(mount: dict[str, Any], pod: PodTemplate, ctx: Context) -> str | N
 @pod_rule(
     id="read-only-write-path",
     severity=ERROR,
+    source="https://v1-35.docs.kubernetes.io/docs/concepts/storage/volumes/#using-subpath",
     title="What a container writes is on a writable mount",
     why="A checkpoint directory or a cache the program writes (HF_HOME, TORCH_HOME, "
     "TRITON_CACHE_DIR, TMPDIR...) on a read-only mount fails with EROFS at the first save; "

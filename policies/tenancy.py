@@ -19,6 +19,9 @@ from trainops.policy.pods import REPLICA_FIELDS, TRAINING_KINDS, PodTemplate, ma
 from trainops.profile.tenancy import PARAMS, PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL
 
 JOB_KINDS = (*REPLICA_FIELDS, "TrainJob")
+# The cluster's generated admission policy refuses what these rules report (a
+# ValidatingAdmissionPolicy per team, trainops.profile.admission), as the threat model says.
+TENANCY = "docs/security.md#what-a-run-can-and-cannot-do"
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
 VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
 SCHEDULING = ("spec", "runPolicy", "schedulingPolicy")
@@ -57,6 +60,7 @@ def directory_team(ctx: Context) -> str | None:
 @resource_rule(
     id="run-team-namespace",
     severity=ERROR,
+    source=TENANCY,
     title="A team's run stays in the team's namespace and says whose it is",
     why="Each team's runs sync into its own namespace under its own Argo CD project, and its "
     "queue holds its quota. A run in one team's directory that names another namespace either "
@@ -119,6 +123,7 @@ def _job_queue(doc: Document, ctx: Context) -> tuple[str | None, tuple[Any, ...]
 @resource_rule(
     id="run-team-queue",
     severity=ERROR,
+    source=TENANCY,
     title="Jobs queue in their namespace's queue",
     why="A team's quota is its queue. A job that names another team's queue (a Kueue "
     "LocalQueue of another namespace does not exist here; a Volcano queue is cluster-wide) "
@@ -144,6 +149,7 @@ def run_team_queue(doc: Document, ctx: Context) -> Iterator[Violation]:
 @resource_rule(
     id="run-priority-allowed",
     severity=ERROR,
+    source=TENANCY,
     title="Jobs use a priority their team may use",
     why="Priorities decide who preempts whom: a team that may only run best-effort jobs and "
     "labels one urgent evicts other teams' work. The admission policy refuses it.",
@@ -178,6 +184,7 @@ def run_priority_allowed(doc: Document, ctx: Context) -> Iterator[Violation]:
 @pod_rule(
     id="network-attachment-approved",
     severity=ERROR,
+    source=TENANCY,
     title="Pods attach only the cluster's training network, from their own namespace",
     why="An attachment names a NetworkAttachmentDefinition, and through it a CNI plugin, host "
     "interfaces and an address range. One from another namespace, or one the platform did not "
@@ -203,6 +210,7 @@ def network_attachment_approved(pod: PodTemplate, ctx: Context) -> Iterator[Viol
 @pod_rule(
     id="image-registry-approved",
     severity=ERROR,
+    source=TENANCY,
     title="Training images come from the cluster's registries",
     why="A training pod holds the team's data and the cluster's GPUs and network; an image "
     "from anywhere runs whatever its publisher put in it. The cluster names its registries "

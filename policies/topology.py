@@ -40,6 +40,7 @@ def _levels(ctx: Context) -> dict[str, int | None]:
 @pod_rule(
     id="topology-level-known",
     severity=ERROR,
+    source="https://github.com/kubernetes-sigs/kueue/blob/v0.19.2/pkg/cache/scheduler/tas_flavor_snapshot.go#L936",
     title="Topology requests name a level of the cluster's topology",
     why="Kueue places a pod set that asks for a topology domain only through a ResourceFlavor "
     "whose Topology has that level: a label the Topology does not list (or a cluster without "
@@ -70,6 +71,7 @@ def topology_level_known(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 @resource_rule(
     id="topology-request-fits",
     severity=ERROR,
+    source="https://github.com/kubernetes-sigs/kueue/blob/v0.19.2/pkg/cache/scheduler/tas_flavor_snapshot.go#L2008",
     title="A required topology domain can hold the whole pod set",
     why="A pod set that requires one domain of a level (kueue.x-k8s.io/podset-required-"
     "topology) is admitted only when one domain has a free node for every pod; with more pods "

@@ -36,6 +36,10 @@ def _texts(container: dict[str, Any]) -> Iterator[tuple[tuple[Any, ...], str]]:
 @resource_rule(
     id="volcano-plugin-files",
     severity=ERROR,
+    source=(
+        "https://github.com/volcano-sh/volcano/blob/v1.15.1/pkg/controllers/job/plugins/svc/svc.go#L200",
+        "https://github.com/volcano-sh/volcano/blob/v1.15.1/pkg/controllers/job/plugins/env/const.go#L27",
+    ),
     title="A Volcano Job's pods use only the hosts files and variables its plugins provide",
     why="/etc/volcano/<task>.host and VC_<TASK>_HOSTS exist only with the svc plugin (which "
     "the tensorflow, mpi, pytorch and ray plugins bring along), VC_TASK_INDEX only with the "

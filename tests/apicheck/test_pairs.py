@@ -14,7 +14,7 @@ REGISTRY = SchemaRegistry(["default", crd_location(REPO / "schemas")], "1.35", s
 
 
 def errors(obj: dict) -> set[tuple[str, str, str]]:
-    _, findings = check_document(Document(obj, "pairs"), REGISTRY, ignore_missing=False)
+    _, findings = check_document(Document(obj, "pairs"), REGISTRY, missing="error")
     return {(f.rule, f.path, f.message) for f in findings if f.severity == ERROR}
 
 

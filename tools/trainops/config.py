@@ -31,6 +31,7 @@ class ProjectConfig:
     repo_url: str
     policy_pack: Path | None
     paths: tuple[str, ...] = ("overlays",)  # what validate and render check by default
+    strict_schemas: bool = False  # a custom resource kind without a schema is an error
 
 
 def find_project_root(start: Path | None = None) -> Path | None:
@@ -77,6 +78,7 @@ def load_project_config(start: Path | None = None) -> ProjectConfig:
         repo_url=str(table.get("repo-url") or DEFAULT_REPO_URL),
         policy_pack=policy_pack,
         paths=_paths(table.get("paths"), path),
+        strict_schemas=table.get("strict-schemas") is True,
     )
 
 

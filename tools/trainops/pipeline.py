@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from trainops.cache import Cache, FileHasher, code_fingerprint, digest
 from trainops.errors import InputError
-from trainops.model import Document, Target, computed_once
+from trainops.model import WARNING, Document, Target, computed_once
 from trainops.policy import Context
 from trainops.policy.engine import evaluate
 from trainops.policy.settings import PolicySettings, load_pack, load_settings
@@ -35,7 +35,7 @@ from trainops.render.engine import Plan, Renderer, RenderOptions, RenderResult
 from trainops.render.origin import Placer
 from trainops.report import SKIPPED, Report, ResourceResult, TargetReport
 from trainops.schema.check import check_document
-from trainops.schema.registry import SchemaRegistry, minor_version
+from trainops.schema.registry import InputSchemas, SchemaRegistry, minor_version
 from trainops.yamlio import kept_objects_set_aside
 
 # Work units (a kustomization, or 256 KiB of plain YAML) below which starting worker
@@ -52,7 +52,8 @@ class ValidateOptions:
     kubernetes_version: str
     schema_locations: tuple[str, ...]
     strict: bool = True
-    ignore_missing_schemas: bool = False
+    # What a custom resource kind without a schema gets: error, warning or skip.
+    missing_schemas: str = WARNING
     skip: tuple[str, ...] = ()  # kinds or apiVersion/kind to skip, as in kubeconform
     policy_pack: Path | None = None  # None: schema checks only
     policy_config: Path | None = None
@@ -280,14 +281,16 @@ class Validation:
         """Every finding of one rendered target: schema, API and policy checks."""
         resources: list[ResourceResult] = []
         findings = list(result.findings)
+        crds = [d.obj for d in result.documents if d.kind == "CustomResourceDefinition"]
+        registry = (InputSchemas(self.registry, crds) or self.registry) if crds else self.registry
         for doc in result.documents:
             if self.options.skips(doc):
                 status = SKIPPED
             else:
                 status, found = check_document(
                     doc,
-                    self.registry,
-                    self.options.ignore_missing_schemas,
+                    registry,
+                    self.options.missing_schemas,
                     self.options.cel,
                     self.options.api_checks,
                 )

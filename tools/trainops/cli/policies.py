@@ -9,9 +9,8 @@ import click
 
 from trainops.cli.common import complete_rule_ids, project_config
 from trainops.errors import InputError
-from trainops.policy import SECURITY
+from trainops.policy import SECURITY, registered
 from trainops.policy.exemptions import EXEMPT_PREFIX
-from trainops.policy import registered
 from trainops.policy.settings import PACK_MODULE, load_all
 from trainops.rules import DOCTOR, RuleInfo, catalog
 

@@ -21,12 +21,13 @@ from trainops.cli.common import (
     use_colour,
 )
 from trainops.errors import InputError
-from trainops.model import ERROR, SEVERITIES
+from trainops.model import ERROR, SEVERITIES, WARNING
 from trainops.output import FORMATS, reporter
 from trainops.output.progress import ProgressLine
 from trainops.output.text import render as text_report
 from trainops.pipeline import ValidateOptions, Validation
 from trainops.report import Invocation, keep_rules, summary_line
+from trainops.schema.check import SKIP
 from trainops.schema.registry import DEFAULT_KUBERNETES_VERSION, crd_location
 
 
@@ -83,7 +84,15 @@ class _ValidateCommand(click.Command):
 @click.option(
     "--ignore-missing-schemas",
     is_flag=True,
-    help="Skip kinds that have no schema instead of reporting an error.",
+    help="Say nothing about custom resource kinds that have no schema (by default each is "
+    "a warning: not checked).",
+)
+@click.option(
+    "--strict-schemas",
+    is_flag=True,
+    help="Make a custom resource kind without a schema an error (default: a warning; "
+    "strict-schemas = true in [tool.trainops] sets it for a project). A built-in kind at an "
+    "apiVersion the Kubernetes version does not serve is always an error.",
 )
 @click.option(
     "--strict/--no-strict",
@@ -178,6 +187,7 @@ def validate(
     kubernetes_version,
     schema_locations,
     ignore_missing_schemas,
+    strict_schemas,
     strict,
     skip,
     skip_cel,
@@ -200,8 +210,10 @@ def validate(
     Each kustomization is built with real kustomize and each document checked
     against the strict schema of its kind: core kinds against the Kubernetes
     schemas bundled for --kubernetes-version, custom resources against the
-    schemas imported from their CRDs (schemas/). Unknown fields, wrong types,
-    missing required fields and kinds without a schema are errors. Then the
+    schemas imported from their CRDs (schemas/, and CRDs in the same input).
+    Unknown fields, wrong types and missing required fields are errors; a custom
+    resource kind without a schema is a warning (not checked) unless
+    --strict-schemas. Then the
     policy pack (policies/, `trainops policies list`) checks what schemas
     cannot: NCCL settings against the pod's networks, volumes shared by
     replicas, launch arguments against replicas, and more. Runs and job
@@ -233,7 +245,9 @@ def validate(
         kubernetes_version=kubernetes_version or config.kubernetes_version,
         schema_locations=tuple(schema_locations),
         strict=strict,
-        ignore_missing_schemas=ignore_missing_schemas,
+        missing_schemas=SKIP
+        if ignore_missing_schemas
+        else (ERROR if strict_schemas or config.strict_schemas else WARNING),
         skip=tuple(skip),
         cel=not skip_cel,
         api_checks=not skip_api_checks,

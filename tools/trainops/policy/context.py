@@ -14,7 +14,7 @@ from typing import Any
 from trainops.model import Document, Target
 from trainops.policy import trainjob
 from trainops.policy.index import RenderIndex
-from trainops.policy.pods import POD_KINDS, PodTemplate, effective_labels, pod_templates
+from trainops.policy.pods import PodTemplate, effective_labels, pod_templates
 from trainops.profile.model import ClusterProfile
 from trainops.render.inputs import InputGraph
 from trainops.yamlio import cycle_collection_paused
@@ -55,7 +55,7 @@ class Context:
             if runtime is not None:
                 found = trainjob.effective_pods(doc, runtime)
             else:
-                found = pod_templates(doc) if doc.kind in POD_KINDS else []
+                found = pod_templates(doc)
             self._pods[key] = found
         return found
 

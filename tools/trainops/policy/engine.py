@@ -66,6 +66,9 @@ def in_force(ctx: Context, settings: PolicySettings) -> tuple[Rule, ...]:
     )
 
 
+# The dispatch entry of pod templates found by shape in custom resources of other kinds:
+# the pod rules that name no kinds.
+EMBEDDED = ""
 # Rules grouped by their `applies` predicate (None: every document or pod of the kind).
 Grouped = list[tuple[Callable[[Any], bool] | None, list[Rule]]]
 # Pod rules of one kind grouped by predicate, with the names one of which a pod must
@@ -135,7 +138,7 @@ def _dispatch(rules: tuple[Rule, ...]) -> _Dispatch:
     pods = [r for r in rules if r.scope == "pod"]
     pod_table = {
         kind: with_needs(for_kind(pods, kind), kind)
-        for kind in POD_KINDS | {k for r in pods for k in r.info.kinds}
+        for kind in POD_KINDS | {k for r in pods for k in r.info.kinds} | {EMBEDDED}
     }
     return _Dispatch(
         [r for r in rules if r.scope == "render"],
@@ -177,10 +180,12 @@ def _violations(ctx: Context, dispatch: _Dispatch) -> Found:
                         found.append((rule, doc, None, violation))
                 except Exception as exc:
                     found.append((rule, doc, None, _internal_error(rule, exc)))
-        if not dispatch.pod.get(kind):
+        # A kind of its own, or a custom resource whose pod templates were found by shape.
+        pod_kind = kind if kind in dispatch.pod else EMBEDDED
+        if not dispatch.pod.get(pod_kind):
             continue
         for pod in ctx.pods(doc):
-            for applies, rules in dispatch.pod_groups(kind, pod.features):
+            for applies, rules in dispatch.pod_groups(pod_kind, pod.features):
                 if applies is not None:
                     try:
                         if not applies(pod):

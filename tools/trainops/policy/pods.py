@@ -252,8 +252,93 @@ def argv(container: dict[str, Any]) -> list[str]:
 
 
 def pod_templates(doc: Document) -> list[PodTemplate]:
-    """Every pod template of `doc` as written (a TrainJob without its runtime is partial)."""
+    """Every pod template of `doc` as written (a TrainJob without its runtime is partial);
+    in a custom resource of a kind not known here, every pod template found by shape."""
+    if doc.kind not in POD_KINDS:
+        return list(embedded_templates(doc)) if custom_resource(doc) else []
     return list(_templates(doc))
+
+
+# Built-in API groups (besides the core group "") whose kinds hold no pod templates the
+# kinds above do not cover; a group ending in .k8s.io is Kubernetes' own unless it is a
+# SIG project's x-k8s.io.
+_BUILT_IN_GROUPS = {"apps", "batch", "policy", "autoscaling"}
+# Bounds on the walk through a custom resource (hostile input may nest deeply).
+_EMBEDDED_DEPTH = 16
+_EMBEDDED_NODES = 20_000
+
+
+def custom_resource(doc: Document) -> bool:
+    """A document of a custom resource kind (not Kubernetes' own API groups)."""
+    group = doc.api_version.rpartition("/")[0]
+    if not group or group in _BUILT_IN_GROUPS:
+        return False
+    return not (group.endswith(".k8s.io") and not group.endswith(".x-k8s.io"))
+
+
+def _pod_spec_shape(value: Any) -> bool:
+    """A mapping shaped like a PodSpec: a list of containers that name an image."""
+    if not isinstance(value, dict):
+        return False
+    containers = value.get("containers")
+    return (
+        isinstance(containers, list)
+        and bool(containers)
+        and all(isinstance(c, dict) and isinstance(c.get("image"), str) for c in containers)
+    )
+
+
+def embedded_templates(doc: Document) -> Iterator[PodTemplate]:
+    """Pod templates anywhere in a custom resource (a Ray cluster's head and worker
+    groups, an AppWrapper's wrapped jobs, a KAITO workspace, a team's own CRD), found
+    by their shape: a PodTemplateSpec (`spec` a PodSpec, `metadata` beside it) or a bare
+    PodSpec. Each is reported at its own path in the custom resource; its role is the
+    `name` or `groupName` beside it, else the field that holds it."""
+    budget = [_EMBEDDED_NODES]
+    stack: list[tuple[Any, tuple[Any, ...], dict[str, Any] | None]] = [
+        (value, (key,), None)
+        for key, value in doc.obj.items()
+        if key not in ("apiVersion", "kind", "metadata", "status")
+    ]
+    found = []
+    while stack:
+        node, path, holder = stack.pop()
+        budget[0] -= 1
+        if budget[0] < 0 or len(path) > _EMBEDDED_DEPTH:
+            break
+        if isinstance(node, dict):
+            if _pod_spec_shape(node.get("spec")):
+                found.append(_embedded(doc, path, node, holder, (*path, "spec"), node["spec"]))
+                continue
+            if _pod_spec_shape(node) and path[-1] != "spec":
+                found.append(_embedded(doc, path, {}, holder, path, node))
+                continue
+            for key, value in node.items():
+                if isinstance(value, (dict, list)):
+                    stack.append((value, (*path, key), node))
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                if isinstance(value, (dict, list)):
+                    stack.append((value, (*path, index), holder))
+    found.sort(key=lambda pod: [str(step) for step in pod.path])
+    yield from found
+
+
+def _embedded(
+    doc: Document,
+    path: tuple[Any, ...],
+    template: dict[str, Any],
+    holder: dict[str, Any] | None,
+    spec_path: tuple[Any, ...],
+    spec: dict[str, Any],
+) -> PodTemplate:
+    holder = holder or {}
+    named = holder.get("groupName") or holder.get("name")
+    steps = [step for step in path if isinstance(step, str) and step not in ("template", "spec")]
+    role = str(named) if isinstance(named, str) and named else (steps[-1] if steps else doc.kind)
+    replicas = holder.get("replicas")
+    count = replicas if is_int(replicas) else None
+    return PodTemplate(doc, role, spec_path, mapping(template.get("metadata")), spec, count)
 
 
 def _templates(doc: Document) -> Iterator[PodTemplate]:

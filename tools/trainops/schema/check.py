@@ -14,11 +14,34 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainops import admission
-from trainops.model import ERROR, Document, Finding, json_path
+from trainops.model import ERROR, WARNING, Document, Finding, json_path
+from trainops.rules import RuleInfo, register
 from trainops.schema.registry import SchemaRegistry
 from trainops.yamlio import locate
 
 RULE = "schema"
+SCHEMA_MISSING = "schema-missing"
+SKIP = "skip"  # what `missing` says for --ignore-missing-schemas
+
+register(
+    RuleInfo(
+        id=SCHEMA_MISSING,
+        severity=WARNING,
+        title="Custom resources have a schema to be checked against",
+        why="A kind trainops has no schema for is not checked at all: neither its fields nor "
+        "its CEL rules. The API server refuses it only where its CRD is not installed, which "
+        "the manifest alone cannot tell.",
+        fix="Import the CRD with `trainops schemas import CRD.yaml`, or keep the CRD in the "
+        "same input (its schema is then used for the objects beside it).",
+        when=(
+            (WARNING, "by default: the kind is reported as not checked"),
+            (ERROR, "with --strict-schemas (or strict-schemas = true in [tool.trainops])"),
+        ),
+        sources=(
+            "https://github.com/kubernetes/kubernetes/blob/v1.34.0/staging/src/k8s.io/apimachinery/pkg/api/meta/errors.go",
+        ),
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -61,25 +84,47 @@ def violations(doc: Document, registry: SchemaRegistry) -> list[Violation] | Non
 def check_document(
     doc: Document,
     registry: SchemaRegistry,
-    ignore_missing: bool,
+    missing: str = ERROR,
     cel: bool = True,
     api_checks: bool = True,
 ) -> tuple[str, list[Finding]]:
     """Return ("valid" | "invalid" | "skipped", findings) for one document.
 
-    `cel`: evaluate its CRD's CEL rules; `api_checks`: the built-in API validation and
-    the operators' webhook checks."""
+    `missing`: what a custom resource kind with no schema gets: `error`, `warning`
+    (reported as not checked) or `skip`; a kind of a group Kubernetes itself serves but
+    not at this version or apiVersion is always an error (the API server has no such
+    resource). `cel`: evaluate its CRD's CEL rules; `api_checks`: the built-in API
+    validation and the operators' webhook checks."""
     found = violations(doc, registry)
     if found is None:
-        if ignore_missing:
+        built_in = doc.api_version.rpartition("/")[0] in registry.core_groups
+        if missing == SKIP and not built_in:
             return "skipped", []
-        missing = Violation(
-            (),
-            f"no schema for {doc.api_version} {doc.kind}",
-            "Import the CRD with `trainops schemas import CRD.yaml`, fix the apiVersion/kind, "
-            "or pass --ignore-missing-schemas.",
+        if built_in:
+            finding = to_finding(
+                doc,
+                Violation(
+                    (),
+                    f"no schema for {doc.api_version} {doc.kind}: Kubernetes "
+                    f"{registry.version} serves no such resource",
+                    "Use an apiVersion this Kubernetes version serves (`kubectl api-resources`), "
+                    "or set --kubernetes-version to the cluster's.",
+                ),
+            )
+            return "invalid", [finding]
+        finding = to_finding(
+            doc,
+            Violation(
+                (),
+                f"no schema for {doc.api_version} {doc.kind}: not checked",
+                "Import its CRD with `trainops schemas import CRD.yaml` (or put the CRD in the "
+                "same input), fix the apiVersion/kind, or pass --ignore-missing-schemas; "
+                "--strict-schemas makes this an error.",
+            ),
+            rule=SCHEMA_MISSING,
+            severity=missing,
         )
-        return "invalid", [to_finding(doc, missing)]
+        return ("invalid" if missing == ERROR else "skipped"), [finding]
     findings = [to_finding(doc, v) for v in found]
     if cel or api_checks:
         applied = as_applied(doc)

@@ -90,6 +90,20 @@ class SchemaRegistry:
         ref = {"$ref": f"{_CORE_DEFINITIONS_URI}#/$defs/{_OBJECT_META}"}
         return jsonschema_rs.Draft202012Validator(ref, registry=self._core_registry)
 
+    @computed_once
+    def core_groups(self) -> frozenset[str]:
+        """The API groups Kubernetes itself serves at this version ("" is the core group)."""
+        groups = set()
+        for schema in bundle.load(self.version, self.strict).values():
+            for gvk in (
+                schema.get("x-kubernetes-group-version-kind") or ()
+                if isinstance(schema, dict)
+                else ()
+            ):
+                if isinstance(gvk, dict):
+                    groups.add(str(gvk.get("group", "")))
+        return frozenset(groups)
+
     def lookup(self, api_version: str, kind: str) -> CompiledSchema | None:
         key = (api_version, kind)
         if key not in self._compiled:
@@ -201,3 +215,54 @@ def validations_path(schema_path: str) -> str:
 
 def crd_location(schema_dir: Path) -> str:
     return str(schema_dir / CRD_SCHEMA_TEMPLATE)
+
+
+class InputSchemas:
+    """A registry that checks custom resources against the CRDs of the same input first.
+
+    A render that carries a CRD (an operator's install, a chart's crds/) is applied with
+    it, so that CRD, not a copy imported earlier, says what its objects may hold. Other
+    kinds, CEL rules and core schemas come from `parent`. CRDs that cannot be read are
+    left to the schema check of the CRD itself.
+    """
+
+    def __init__(self, parent: SchemaRegistry, crds: list[dict[str, Any]]):
+        from trainops.schema.crd import served_schemas
+
+        self.parent = parent
+        self._local: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+        for crd in crds:
+            try:
+                served = served_schemas(crd)
+            except Exception:  # a malformed CRD: its own check reports it
+                continue
+            name = str((crd.get("metadata") or {}).get("name") or "")
+            for group, kind, version, schema in served:
+                if isinstance(schema, dict) and isinstance(kind, str):
+                    self._local[(f"{group}/{version}", kind)] = (name, schema)
+        self._compiled: dict[tuple[str, str], CompiledSchema | None] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._local)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.parent, name)
+
+    def lookup(self, api_version: str, kind: str) -> CompiledSchema | None:
+        key = (api_version, kind)
+        if key not in self._local:
+            return self.parent.lookup(api_version, kind)
+        if key not in self._compiled:
+            from trainops.schema.crd import convert
+
+            name, schema = self._local[key]
+            try:
+                converted = convert(schema, self.parent.strict)
+                validator = jsonschema_rs.validator_for(converted)
+            except Exception:  # a schema jsonschema cannot compile: use the imported one
+                self._compiled[key] = self.parent.lookup(api_version, kind)
+            else:
+                # "input://": a location with no CEL sidecar to read (see rules()).
+                location = f"input://{name or kind}"
+                self._compiled[key] = CompiledSchema(validator, converted, None, location, False)
+        return self._compiled[key]
