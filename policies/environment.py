@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from trainops.model import ERROR, WARNING
+from trainops.model import WARNING
 from trainops.policy import Context, Violation, pod_rule, sets_any
 from trainops.policy.pods import PodTemplate, env_index, gpu_count, mapping, resources
 
@@ -96,13 +96,14 @@ def _job_kind(pod: PodTemplate) -> bool:
 
 @pod_rule(
     id="env-reference-undefined",
-    severity=ERROR,
+    severity=WARNING,
     title="$(VAR) references name variables Kubernetes can expand there",
     why="Kubernetes expands $(NAME) in an env value only from variables defined earlier in the "
     "list (or by envFrom), and in command and args from the container's whole env. Operators "
     "append their variables (MASTER_ADDR, JOB_COMPLETION_INDEX...) after the template's, and "
     "a NonIndexed Job has no JOB_COMPLETION_INDEX at all. Anything else stays as the literal "
-    "text $(NAME): a rank or an address the program cannot parse, or worse, can.",
+    "text $(NAME): a rank or an address the program cannot parse, or worse, can. Whether "
+    "that fails the run depends on the program that reads it.",
     fix="Define the variable before the entry that uses it, reference operator variables in "
     "command/args (or from the program), and use completionMode: Indexed for "
     "$(JOB_COMPLETION_INDEX).",
@@ -178,11 +179,14 @@ def _undefined(name: str, where: tuple[Any, ...]) -> Violation:
 
 @pod_rule(
     id="args-shell-variable",
-    severity=ERROR,
+    severity=WARNING,
     title="Shell variables appear only where a shell expands them",
     why="Kubernetes runs command and args without a shell and expands only $(NAME), in them "
     "and in env values: '--node-rank=${JOB_COMPLETION_INDEX}', '--master_addr $MASTER_ADDR' "
-    "or an env value '$HF_TOKEN' reach the program as those literal characters.",
+    "or an env value '$HF_TOKEN' reach the program as those literal characters (nor does "
+    "mpirun expand -x NAME=$VALUE: it copies the value as written). Words a shell later in "
+    "the command line runs (mpirun ... bash -c '...') are that shell's to expand. What a "
+    "literal placeholder does depends on the program that reads it.",
     fix="Write $(NAME) (Kubernetes expands it from the container's env), or run the command "
     "through sh -c 'exec ...' so that the shell expands it. A template meant for envsubst or "
     "Helm must be rendered before it is applied.",
@@ -204,10 +208,17 @@ def _words_and_values(container: dict[str, Any]) -> Iterator[tuple[tuple[Any, ..
     """command and args elements (unless a shell or an unknown entrypoint reads them) and
     literal env values, with their paths in the container."""
     if container.get("command") and not commandline.runs_shell(container):
-        for key in ("command", "args"):
-            for position, word in enumerate(container.get(key) or []):
-                if isinstance(word, str):
-                    yield (key, position), word
+        words = [
+            ((key, position), word)
+            for key in ("command", "args")
+            for position, word in enumerate(container.get(key) or [])
+        ]
+        for where, word in words:
+            if not isinstance(word, str):
+                continue
+            if commandline.program(word) in commandline.SHELLS:
+                break  # a shell later on the line (mpirun ... bash -c) expands the rest
+            yield where, word
     for position, entry in enumerate(container.get("env") or []):
         value = entry.get("value") if isinstance(entry, dict) else None
         if isinstance(value, str) and not any(c.isspace() for c in value.strip()):
@@ -217,7 +228,7 @@ def _words_and_values(container: dict[str, Any]) -> Iterator[tuple[tuple[Any, ..
 
 @pod_rule(
     id="gpu-visibility-env",
-    severity=ERROR,
+    severity=WARNING,
     title="GPU visibility variables agree with the GPUs the pod holds",
     why="The NVIDIA device plugin sets NVIDIA_VISIBLE_DEVICES for containers that request "
     "GPUs; in one that requests none, NVIDIA_VISIBLE_DEVICES=all (or a list) makes the "
@@ -269,7 +280,7 @@ def _env_at(pod: PodTemplate, index: int, container: dict[str, Any], name: str) 
 
 @pod_rule(
     id="resource-quantity-empty",
-    severity=ERROR,
+    severity=WARNING,
     title="Every resource a container names has a quantity",
     why="`nvidia.com/gpu:` with nothing after it is null: the API server drops the entry "
     "(a custom resource's null fields are pruned, a built-in pod's decode as unset), so the "

@@ -35,6 +35,12 @@ _VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 # Kinds whose pod templates are Jobs: a template's pods come from completions/parallelism.
 JOB_TEMPLATE_KINDS = ("Job", "CronJob", "JobSet", "TrainingRuntime", "ClusterTrainingRuntime")
 KUBEFLOW_RENDEZVOUS = ("PyTorchJob",)  # the operator sets the rendezvous variables itself
+TORCHRUN_DOCS = "https://docs.pytorch.org/docs/2.9/elastic/run.html"
+# Training Operator v1.9.0: every replica (Master + Worker) is a node of the rendezvous,
+# PET_NNODES is their total, MASTER_ADDR/RANK exist only with a Master replica.
+PYTORCHJOB_ENV = (
+    "https://github.com/kubeflow/trainer/blob/v1.9.0/pkg/controller.v1/pytorch/envvar.go"
+)
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,10 @@ def group(pod: PodTemplate, ctx: Context) -> Group:
             if is_int(low) and is_int(high):
                 return Group(_worker_replicas(doc), low, high, f"elasticPolicy allows {low}:{high}")
             return Group(None)
+        # Every replica joins the rendezvous (the operator's PET_NNODES is their total),
+        # whether its torchrun is on the command line or the image's entry point.
+        total = _worker_replicas(doc)
+        return Group(total, what=f"the job runs {total} pods with torchrun")
     if doc.kind == "LeaderWorkerSet":
         size = mapping(spec.get("leaderWorkerTemplate")).get("size", 1)
         return Group(size if is_int(size) else None, what=f"the group has {size} pods")
@@ -144,6 +154,7 @@ def _unresolved(value: str) -> bool:
 @pod_rule(
     id="torchrun-nnodes",
     severity=ERROR,
+    source=(TORCHRUN_DOCS, PYTORCHJOB_ENV + "#L116-L121"),
     title="torchrun --nnodes agrees with the pods the job runs",
     why="torchrun's rendezvous waits until --nnodes nodes have joined. A hard-coded --nnodes "
     "that differs from the number of pods the job runs at once (PyTorchJob replicas, Indexed "
@@ -187,10 +198,11 @@ def nnodes(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="torchrun-nproc-per-node",
-    severity=ERROR,
+    severity=WARNING,
     title="Processes per node match the GPUs each pod gets",
-    why="With more processes than GPUs, ranks share a GPU (or crash on CUDA device ordinals); "
-    "with fewer, GPUs sit idle for the whole run.",
+    why="With more processes than GPUs, ranks share a GPU (or crash on CUDA device ordinals, "
+    "depending on how the script picks its device); with fewer, GPUs sit idle for the whole "
+    "run.",
     fix="Set --nproc-per-node (and a PyTorchJob's spec.nprocPerNode) to the GPUs in the "
     "container's limits, or to 'gpu'.",
     applies=common.gpu_pod,
@@ -222,6 +234,7 @@ def nproc_per_node(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 @pod_rule(
     id="torchrun-multinode-args",
     severity=ERROR,
+    source=TORCHRUN_DOCS,
     title="A multi-pod job's torchrun does not run each pod on its own",
     why="--standalone starts a private rendezvous on localhost in every pod; an endpoint or "
     "MASTER_ADDR of localhost points every pod at itself; a literal --node-rank in a template "
@@ -269,7 +282,7 @@ def multinode_args(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="rendezvous-host-resolves",
-    severity=ERROR,
+    severity=WARNING,
     title="Rendezvous hostnames are ones the pods really get",
     why="A pod of an Indexed Job is reachable as <job>-<index>.<subdomain> only when its "
     "template sets spec.subdomain and a headless Service of that name exists; a JobSet's pods "
@@ -360,6 +373,7 @@ def _replicas(doc: Document, role: str) -> int | None:
 @resource_rule(
     id="rendezvous-endpoint",
     severity=ERROR,
+    source=PYTORCHJOB_ENV + "#L66-L74",
     title="Rendezvous endpoints name pods and variables the job has",
     why="Only jobs with a Master get MASTER_ADDR/MASTER_PORT and a <job>-master-0 Service; an "
     "elastic Worker-only job gets PET_RDZV_ENDPOINT instead. An endpoint naming something "
@@ -390,10 +404,10 @@ def rendezvous(doc: Document, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="elastic-rdzv-id",
-    severity=ERROR,
+    severity=WARNING,
     title="Jobs sharing an etcd rendezvous set their own rendezvous id",
     why="torchrun's default rendezvous id is the literal 'none'. With the etcd backends the "
-    "rendezvous state lives on a server other jobs use too, keyed by that id: jobs that keep "
+    "rendezvous state lives on a server other jobs may use too, keyed by that id: jobs that keep "
     "the default join each other's groups or fail with RendezvousClosedError (pytorch#82160). "
     "The c10d backend keeps its state in the job's own store, so it needs no id.",
     fix="Set spec.elasticPolicy.rdzvId (or --rdzv-id) to something unique per job (its name).",
@@ -423,7 +437,7 @@ def rdzv_id(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="argument-packs-flag-and-value",
-    severity=ERROR,
+    severity=WARNING,
     title="Each flag and its value are separate argument elements",
     why="Kubernetes passes each list element as one argv entry without a shell: '-x "
     "NCCL_DEBUG=INFO' reaches mpirun as a single unknown option, '--nnodes 2' as a flag "

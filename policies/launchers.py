@@ -94,7 +94,7 @@ def _has(words: list[str], name: str) -> bool:
 
 @pod_rule(
     id="accelerate-shape",
-    severity=ERROR,
+    severity=WARNING,
     title="accelerate launch is sized for the job's pods and GPUs",
     why="accelerate launch builds torchrun's arguments itself (accelerate v1.13.0 "
     "utils/launch.py) and ignores the PET_* variables an operator sets: --num_machines "
@@ -180,7 +180,7 @@ def commandline_at(pod: PodTemplate, index: int, container: dict[str, Any]) -> t
 
 @pod_rule(
     id="deepspeed-multinode-launcher",
-    severity=ERROR,
+    severity=WARNING,
     title="The DeepSpeed launcher reaches every node without ssh",
     why="The deepspeed launcher (v0.19.5 launcher/runner.py) reads the nodes from a hostfile "
     "(default /job/hostfile): without one it trains 'with local resources only' on "
@@ -285,6 +285,11 @@ def _non_root(pod: PodTemplate, container: dict[str, Any]) -> bool:
 @pod_rule(
     id="mpirun-as-root",
     severity=ERROR,
+    source="https://docs.open-mpi.org/en/v5.0.x/man-openmpi/man1/mpirun.1.html",
+    when={
+        "error": "the launcher runs as uid 0 (runAsUser: 0)",
+        "warning": "no runAsUser, in an image known to run as root",
+    },
     title="Open MPI's mpirun may run as the launcher's user",
     why="Open MPI's mpirun refuses to start as root unless given --allow-run-as-root or both "
     "OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (orte/orted/"
@@ -363,7 +368,7 @@ def _trains_itself(container: dict[str, Any]) -> bool:
 
 @pod_rule(
     id="mpi-worker-command",
-    severity=ERROR,
+    severity=WARNING,
     title="MPI workers wait for the launcher instead of training on their own",
     why="mpirun on the launcher starts every rank in the workers: the Training Operator's "
     "MPIJob v1 through kubectl exec into a worker that only sleeps (it replaces an empty "
@@ -391,6 +396,10 @@ def mpi_worker_command(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 @resource_rule(
     id="mpi-main-container",
     severity=ERROR,
+    source=(
+        "https://github.com/kubeflow/trainer/blob/v1.9.0/pkg/controller.v1/mpi/mpijob_controller.go#L1084-L1088",
+        "https://github.com/kubeflow/trainer/blob/v1.9.0/pkg/controller.v1/mpi/mpijob_controller.go#L1228-L1236",
+    ),
     title="An MPIJob v1's first container is the one that runs MPI",
     why="The Training Operator's MPIJob v1 controller edits containers[0] of the launcher "
     "(hostfile, kubectl-exec agent) and the workers, and starts ranks with 'kubectl exec "

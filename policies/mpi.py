@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from trainops.model import ERROR, WARNING, Document
+from trainops.model import WARNING, Document
 from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import PodTemplate, argv, dicts, env_of, is_int, mapping
 
@@ -44,7 +44,7 @@ def _nccl(pod: PodTemplate | None) -> set[str]:
 
 @pod_rule(
     id="mpi-forwards-nccl",
-    severity=ERROR,
+    severity=WARNING,
     title="Every NCCL variable reaches the MPI ranks",
     why="Where ranks start decides what environment they get. The Training Operator's MPIJob "
     "v1 starts them with kubectl exec in the Workers: they inherit the Worker container's "
@@ -52,7 +52,7 @@ def _nccl(pod: PodTemplate | None) -> set[str]:
     "(v2beta1) and Trainer v2 MPI runtimes start them over SSH: the Workers' environment "
     "never reaches them, only the launcher's, which Open MPI passes for each -x NAME alone "
     "and Intel MPI or MPICH (Hydra) pass whole. A variable that misses the ranks leaves "
-    "NCCL on its defaults (often TCP on eth0).",
+    "NCCL on its defaults (often TCP on eth0); what that costs depends on the variable.",
     fix="Set the variable on the launcher; with Open MPI add -x NAME to mpirun. (MPIJob v1: "
     "setting it on the Workers is enough.)",
     kinds=MPI_KINDS,
@@ -111,7 +111,7 @@ def launcher_gpus(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="mpi-slots",
-    severity=ERROR,
+    severity=WARNING,
     title="MPI ranks match GPUs: -np and slots per worker",
     why="The hostfile gives each worker pod its slots (slotsPerWorker, or the MPI runtime's "
     "numProcPerNode) and mpirun starts one rank per slot; slots should be the worker's GPU "
@@ -156,7 +156,7 @@ def slots(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="mpi-launcher-as-worker",
-    severity=ERROR,
+    severity=WARNING,
     title="A launcher that runs ranks has the workers' GPUs",
     why="runLauncherAsWorker (MPI Operator) or runLauncherAsNode (Trainer v2) puts the "
     "launcher in the hostfile with as many slots as a worker: if the launcher requests no "
@@ -181,7 +181,7 @@ def launcher_as_worker(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="mpi-ssh-auth-path",
-    severity=ERROR,
+    severity=WARNING,
     title="SSH keys are mounted in the home of the user the MPI containers run as",
     why="The MPI Operator and Trainer v2 mount the job's SSH keys at sshAuthMountPath "
     "(default /root/.ssh); ssh on the launcher and sshd on the workers look in the home of "
@@ -215,7 +215,7 @@ def ssh_auth_path(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="mpi-implementation-command",
-    severity=ERROR,
+    severity=WARNING,
     title="The launcher's mpirun is the MPI implementation the job declares",
     why="mpiImplementation tells the operator which hostfile format and environment to "
     "write (Open MPI's, or Hydra's for Intel MPI and MPICH). Open MPI flags such as -x, "
@@ -297,7 +297,7 @@ def _operators(ctx: Context) -> tuple[list[Document], list[Document]]:
 
 @resource_rule(
     id="mpijob-crd-owners",
-    severity=ERROR,
+    severity=WARNING,
     title="One operator owns mpijobs.kubeflow.org",
     why="The Training Operator (MPIJob v1) and the MPI Operator (v2beta1) define the same CRD "
     "name, mpijobs.kubeflow.org, and a cluster holds one of them. Installing both lets two "

@@ -59,7 +59,7 @@ KNOWN_NAMES = (
 
 @pod_rule(
     id="nccl-not-a-variable",
-    severity=ERROR,
+    severity=WARNING,
     title="No made-up NCCL_* variables",
     why="Blog posts spread variables that neither NCCL nor PyTorch reads (NCCL_TIMEOUT, "
     "NCCL_SOCKET_TIMEOUT, NCCL_CONNECT_TIMEOUT). Setting them changes nothing while everyone "
@@ -93,7 +93,6 @@ def unknown_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
                 f"{name} is not an NCCL variable; did you mean {close[0]}?",
                 at,
                 fix=f"Rename it to {close[0]}.",
-                severity=ERROR,
             )
         else:
             yield Violation(f"{name} is not a variable NCCL documents", at)
@@ -129,7 +128,7 @@ def deprecated_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="nccl-removed-variable",
-    severity=ERROR,
+    severity=WARNING,
     title="No NCCL variables that NCCL removed",
     why="Removed variables are ignored: the tuning they promise does not happen.",
     fix="Remove the variable; the finding names what replaced it, if anything.",
@@ -143,7 +142,7 @@ def removed_variable(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="nccl-invalid-value",
-    severity=ERROR,
+    severity=WARNING,
     title="NCCL variables have values NCCL accepts",
     why="NCCL silently keeps its default for a level it does not recognise (level names are "
     "case-sensitive: NCCL_P2P_LEVEL=nvl is ignored) and clamps or rejects out-of-range "
@@ -182,6 +181,12 @@ def ib_hca_prefix(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 @pod_rule(
     id="nccl-socket-ifname",
     severity=ERROR,
+    source="https://github.com/NVIDIA/nccl/blob/v2.27.7-1/src/bootstrap.cc#L113-L117",
+    when={
+        "error": "NCCL_SOCKET_IFNAME matches none of the pod's interfaces (bootstrap fails)",
+        "warning": "it selects only eth0 while a training network is attached, or it is "
+        "unset on a pod that attaches one",
+    },
     title="NCCL_SOCKET_IFNAME names an interface the pod has",
     why="The pod gets lo, eth0 and one netN per Multus attachment. If NCCL_SOCKET_IFNAME "
     "matches none of them NCCL cannot bootstrap; if it matches only eth0 while a training "
@@ -228,7 +233,7 @@ def socket_ifname(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="nccl-ib-disabled-with-rdma",
-    severity=ERROR,
+    severity=WARNING,
     title="IB transport stays on for pods that request RDMA devices",
     why="NCCL_IB_DISABLE=1 forces NCCL onto TCP sockets: the RDMA devices the pod reserved sit "
     "idle and all-reduce runs at a fraction of the fabric's speed.",
@@ -246,6 +251,7 @@ def ib_disabled_with_rdma(pod: PodTemplate, ctx: Context) -> Iterator[Violation]
 @pod_rule(
     id="nccl-debug-info",
     severity=INFO,
+    when={"info": "NCCL_DEBUG=INFO", "warning": "NCCL_DEBUG=TRACE"},
     title="NCCL debug output is intentional",
     why="NCCL_DEBUG=INFO is the transport evidence the preflight and `trainops doctor` read; "
     "without NCCL_DEBUG_SUBSYS it logs every collective setup, and TRACE slows training.",

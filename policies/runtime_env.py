@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainops import multus
-from trainops.model import ERROR, WARNING
+from trainops.model import WARNING
 from trainops.policy import Context, Violation, pod_rule
 from trainops.policy.pods import PodTemplate, dicts, env_index, env_of, gpu_count, mapping
 
@@ -170,7 +170,7 @@ def _shown(entry: dict[str, Any]) -> str:
 
 @pod_rule(
     id="nvidia-driver-capabilities",
-    severity=ERROR,
+    severity=WARNING,
     title="GPU containers keep the compute driver capability",
     why="The NVIDIA container runtime mounts only the driver libraries of the capabilities "
     "NVIDIA_DRIVER_CAPABILITIES lists (compute, utility, graphics, video, ...); a GPU "
@@ -199,7 +199,7 @@ def _env_value_at(pod: PodTemplate, index: int, container: dict, name: str) -> t
 
 @pod_rule(
     id="pytorch-cuda-alloc-conf",
-    severity=ERROR,
+    severity=WARNING,
     title="PYTORCH_CUDA_ALLOC_CONF parses",
     why="PyTorch's CUDA caching allocator parses PYTORCH_CUDA_ALLOC_CONF (PYTORCH_ALLOC_CONF "
     "in newer releases) at the first GPU allocation: comma-separated key:value pairs of known "
@@ -299,7 +299,7 @@ def debug_env(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="gloo-socket-ifname",
-    severity=ERROR,
+    severity=WARNING,
     title="GLOO_SOCKET_IFNAME names interfaces the pod has, exactly",
     why="Gloo (PyTorch's CPU backend, used for barriers and object collectives too) creates "
     "one device per name in GLOO_SOCKET_IFNAME, a comma list of exact interface names: no "
@@ -366,5 +366,4 @@ def nccl_fast_path(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
             yield Violation(
                 "NCCL_NET=Socket with RDMA devices reserved: NCCL uses TCP sockets",
                 _env_value_at(pod, index, container, "NCCL_NET"),
-                severity=ERROR,
             )

@@ -54,6 +54,10 @@ def _node_pod(doc: Document, ctx: Context) -> PodTemplate | None:
 @resource_rule(
     id="trainjob-runtime-missing",
     severity=ERROR,
+    source=(
+        "https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/runtime/core/clustertrainingruntime.go#L67-L69",
+        "https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/runtime/core/trainingruntime.go#L97-L99",
+    ),
     title="A TrainJob's runtime exists",
     why="The Trainer looks the runtime up when the TrainJob is created; one that names a "
     "runtime the cluster does not have fails at once (TrainingRuntimeNotSupported) and "
@@ -74,7 +78,14 @@ def runtime_missing(doc: Document, ctx: Context) -> Iterator[Violation]:
 
 @resource_rule(
     id="trainjob-num-nodes",
-    severity=ERROR,
+    severity=WARNING,
+    source="https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/runtime/framework/plugins/mpi/mpi.go#L88-L92",
+    when={
+        "warning": "numNodes unset on a runtime of 1 node, or above the cluster profile's "
+        "GPU nodes",
+        "error": "numNodes of 2 or more on an MPI runtime that runs the launcher as a node "
+        "without both a launcher and a node job (the webhook rejects it)",
+    },
     title="A TrainJob's node count fits its runtime and its cluster",
     why="numNodes is the TrainJob's node count; without it the runtime's mlPolicy.numNodes "
     "applies, often 1, and a multi-node run silently trains on one node. More nodes than "
@@ -112,12 +123,13 @@ def num_nodes(doc: Document, ctx: Context) -> Iterator[Violation]:
                 f"numNodes {nodes} on {runtime.name}, which runs the launcher as a node but "
                 "lacks a launcher or a node job",
                 (*TRAINER, "numNodes"),
+                severity=ERROR,
             )
 
 
 @resource_rule(
     id="trainjob-procs-per-node",
-    severity=ERROR,
+    severity=WARNING,
     title="A TrainJob's processes per node match the GPUs each node gets",
     why="numProcPerNode becomes PET_NPROC_PER_NODE (torch) or the hostfile's slots (MPI). "
     "More processes than GPUs make ranks fail on CUDA device ordinals; fewer leave GPUs "
@@ -147,6 +159,7 @@ def procs_per_node(doc: Document, ctx: Context) -> Iterator[Violation]:
 @resource_rule(
     id="trainjob-resources-without-gpus",
     severity=ERROR,
+    source="https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/runtime/framework/plugins/torch/torch.go#L126-L134",
     title="resourcesPerNode on a GPU torch runtime states the GPUs",
     why="Trainer v2.3.0 merges resourcesPerNode into the runtime's resources, so the pods "
     "keep the runtime's GPUs, but the torch plugin counts GPUs in resourcesPerNode alone: "
@@ -179,6 +192,10 @@ def resources_without_gpus(doc: Document, ctx: Context) -> Iterator[Violation]:
 @resource_rule(
     id="trainjob-reserved-env",
     severity=ERROR,
+    source=(
+        "https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/runtime/framework/plugins/torch/torch.go#L65-L76",
+        "https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/runtime/framework/plugins/mpi/mpi.go#L95-L105",
+    ),
     title="A TrainJob leaves the plugins' variables to the plugins",
     why="The torch plugin sets PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, "
     "PET_MASTER_ADDR and PET_MASTER_PORT, the MPI plugin the Open MPI hostfile, slots, "
@@ -203,7 +220,7 @@ def reserved_env(doc: Document, ctx: Context) -> Iterator[Violation]:
 
 @resource_rule(
     id="trainjob-image-on-mpi-runtime",
-    severity=ERROR,
+    severity=WARNING,
     title="A TrainJob on an MPI runtime does not change the image of the launcher alone",
     why="The Trainer sets trainer.image on the trainer job's container only, which in an MPI "
     "runtime is the launcher (unless it runs as a node); the ranks run in the node pods, "
@@ -227,7 +244,7 @@ def image_on_mpi_runtime(doc: Document, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="runtime-fabric-network",
-    severity=ERROR,
+    severity=WARNING,
     title="A training runtime's GPU pods attach the cluster's training network",
     why="A runtime is the platform's half of every TrainJob on it: if its GPU pods attach no "
     "NetworkAttachmentDefinition of the cluster (no k8s.v1.cni.cncf.io/networks, or one "
