@@ -199,6 +199,12 @@ def nnodes(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 @pod_rule(
     id="torchrun-nproc-per-node",
     severity=WARNING,
+    when={
+        "error": "more processes than GPUs: two ranks on one GPU make NCCL fail its init "
+        "(Duplicate GPU detected), a device index past the GPUs fails in CUDA",
+        "warning": "fewer processes than GPUs: the rest sit idle",
+    },
+    source="https://github.com/NVIDIA/nccl/blob/v2.27.7-1/src/init.cc#L737",
     title="Processes per node match the GPUs each pod gets",
     why="With more processes than GPUs, ranks share a GPU (or crash on CUDA device ordinals, "
     "depending on how the script picks its device); with fewer, GPUs sit idle for the whole "
@@ -225,9 +231,11 @@ def nproc_per_node(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
             if given is None or str(given) in ("gpu", "auto") or _unresolved(str(given)):
                 continue
             if str(given) != str(gpus):
+                more = str(given).isdigit() and int(str(given)) > gpus
                 yield Violation(
                     f"{source}={given} but the container gets {gpus} GPUs",
                     pod.container_path(index),
+                    severity=ERROR if more else None,
                 )
 
 

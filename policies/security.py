@@ -22,18 +22,9 @@ from trainops.policy.pods import (
     mapping,
     resources,
 )
+from trainops.policy.posture import POSTURE, THREAT_MODEL
 
 from . import common
-
-# Host access is graded by the posture declared for the object (trainops/policy/posture.py).
-POSTURE = {
-    "error": "in a run or a team's namespace, or where policies/config.yaml says "
-    "`security: enforce` for the object's path or namespace",
-    "warning": "elsewhere: no security posture is declared for the object",
-    "info": "on a node agent (a DaemonSet mounting the kubelet's, runtime, CNI, device-plugin "
-    "or driver paths)",
-}
-THREAT_MODEL = "docs/security.md#what-a-run-can-and-cannot-do"
 
 # Device resources of fabrics that register memory for the NIC without an "rdma" name.
 FABRIC_DEVICES = frozenset({"vpc.amazonaws.com/efa"})

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from trainops.model import ERROR, WARNING
 from trainops.policy import Context, Violation, needs, pod_rule, sets_any
 from trainops.policy.pods import GPU_RESOURCES, PodTemplate, env_of, gpu_count, resources
+from trainops.policy.posture import POSTURE, THREAT_MODEL
 from trainops.profile.model import quantity_bytes
 
 from . import commandline, common
@@ -165,11 +166,10 @@ def dev_shm_not_memory(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="host-ipc",
-    severity=ERROR,
-    source=(
-        "https://v1-35.docs.kubernetes.io/docs/concepts/security/pod-security-standards/",
-        "docs/security.md#what-a-run-can-and-cannot-do",
-    ),
+    severity=WARNING,
+    when=POSTURE,
+    source=THREAT_MODEL,
+    by_posture=True,
     title="Pods do not share the node's IPC namespace",
     why="hostIPC: true exposes the shared memory and semaphores of every process on the node; "
     "a training pod wanting a big /dev/shm needs a memory-backed emptyDir instead.",

@@ -66,6 +66,16 @@ AGENT_PATHS = (
     "/run/dbus",
 )
 
+# What a rule graded by posture declares (`when=POSTURE, source=THREAT_MODEL`).
+POSTURE = {
+    "error": "in a run or a team's namespace, or where policies/config.yaml says "
+    "`security: enforce` for the object's path or namespace",
+    "warning": "elsewhere: no security posture is declared for the object",
+    "info": "on a node agent (a DaemonSet mounting the kubelet's, runtime, CNI, device-plugin "
+    "or driver paths)",
+}
+THREAT_MODEL = "docs/security.md#host-access-by-posture"
+
 TENANT = "a run or a team's workload: its pull request must not get host access (docs/security.md)"
 ENFORCED = "policies/config.yaml enforces security here"
 NODE_AGENT = "a node agent (DaemonSet mounting node paths): what such agents are for"
