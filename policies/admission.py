@@ -38,6 +38,12 @@ def _policies(ctx: Context) -> PolicySet:
     fix="Change the object as the policy's message says (the message is the policy's own).",
     kinds=EVERY_KIND,
     render_needs=(POLICY, BINDING),
+    source="https://github.com/kubernetes/api/blob/v0.35.0/admissionregistration/v1/types.go#L692",
+    when={
+        "error": "a binding's validationActions include Deny",
+        "warning": "the binding only warns (Warn), or the policy cannot be evaluated here",
+        "info": "the binding only audits (Audit)",
+    },
 )
 def admission_policy(doc: Document, ctx: Context) -> Iterator[Violation]:
     policies = ctx.memo("admission-policies", lambda: _policies(ctx))

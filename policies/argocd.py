@@ -20,12 +20,14 @@ APP_KINDS = ("Application", "ApplicationSet")
 
 @resource_rule(
     id="argocd-single-owner",
-    severity=ERROR,
+    severity=WARNING,
     title="No object in Git is also rendered by an add-on's Helm chart",
     why="Two Argo CD Applications that sync one object fight over it: both apply it with the "
-    "same server-side-apply field manager, so each sync strips the other's fields (the GPU "
-    "Operator's chart-rendered ClusterPolicy loses its operand images: 'empty image path'), "
-    "tracking labels flap, and the chart's upgrades never reach the object.",
+    "same server-side-apply field manager, so each sync can strip the other's fields (a "
+    "chart-rendered ClusterPolicy whose Git copy lacks the operand images fails with 'empty "
+    "image path'), tracking labels flap, and the chart's upgrades never reach the object. "
+    "Argo CD applies both by default (FailOnSharedResource is off); what breaks depends on "
+    "how the two copies differ.",
     fix="Leave the object to the chart and set it through the add-on's Helm values (trainops "
     "generates overlays/<cluster>/addons/gpu-operator.yaml from cluster.yaml); drop it from "
     "the kustomization.",
@@ -40,8 +42,6 @@ def single_owner(doc: Document, ctx: Context) -> Iterator[Violation]:
         f"the {chart.name} chart ({chart.version}) always renders {doc.kind} {doc.name}: "
         "with it installed as an add-on, two Applications own this object",
         ("metadata", "name"),
-        # Every trainops cluster installs the GPU Operator from its chart.
-        severity=ERROR if ctx.profile is not None else WARNING,
     )
 
 
@@ -85,6 +85,10 @@ def _allows(patterns: list[dict[str, Any]], key: str, value: str) -> bool:
     "whose project reaches that namespace (trainops: the platform creates Kueue's kube-system "
     "RoleBinding), or add the namespace to the project's destinations.",
     kinds=APP_KINDS,
+    source=(
+        "https://github.com/argoproj/argo-cd/blob/v3.5.1/controller/sync.go#L658",
+        "https://github.com/argoproj/argo-cd/blob/v3.5.1/controller/sync.go#L667",
+    ),
 )
 def chart_namespaces(doc: Document, ctx: Context) -> Iterator[Violation]:
     spec = _app_spec(doc)

@@ -77,7 +77,8 @@ def _shares_gpus(config: dict[str, Any]) -> tuple[str, int, bool] | None:
                 and replicas > 1
                 and not renamed
             ):
-                refuses = shared.get("failRequestsGreaterThanOne", strategy == "mps") is True
+                # MPS refuses requests above one whatever the setting (internal/rm/rm.go).
+                refuses = strategy == "mps" or shared.get("failRequestsGreaterThanOne") is True
                 return strategy, replicas, refuses
     return None
 
@@ -109,17 +110,26 @@ def _sharing(ctx: Context) -> list[tuple[Document, str, tuple[str, int, bool], b
 
 @pod_rule(
     id="gpu-sharing-training",
-    severity=ERROR,
+    severity=WARNING,
     title="Multi-GPU training pods get whole GPUs, not time-sliced shares",
     why="A device plugin config that time-slices or shares (MPS) nvidia.com/gpu under its own "
     "name advertises each physical GPU as several nvidia.com/gpu units (k8s-device-plugin "
-    "api/config/v1/replicas.go): a pod asking for 8 may get shares of two GPUs, its ranks "
-    "share devices and NCCL fails ('Duplicate GPU detected') or crawls; with "
-    "failRequestsGreaterThanOne the plugin refuses the pod outright.",
+    "api/config/v1/replicas.go): a pod asking for 8 may get shares of fewer GPUs, its ranks "
+    "share devices and NCCL fails ('Duplicate GPU detected') or crawls; under MPS, or "
+    "time-slicing with failRequestsGreaterThanOne, the plugin refuses the pod outright.",
     fix="Keep sharing off on training nodes (a config only for inference nodes, selected by "
     "the nvidia.com/device-plugin.config label), or rename the shared resource "
     "(renameByDefault: true gives nvidia.com/gpu.shared).",
     applies=common.gpu_trainer,
+    source=(
+        "https://github.com/NVIDIA/k8s-device-plugin/blob/v0.18.2/internal/rm/rm.go#L80",
+        "https://github.com/NVIDIA/k8s-device-plugin/blob/v0.18.2/internal/rm/rm.go#L91",
+    ),
+    when={
+        "error": "the config shares nvidia.com/gpu on every node (the ClusterPolicy's default) "
+        "and the plugin refuses requests above one (MPS, or failRequestsGreaterThanOne)",
+        "warning": "the shares may land on distinct GPUs, or only labelled nodes share",
+    },
 )
 def gpu_sharing_training(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     shared = ctx.memo("gpu-sharing", lambda: _sharing(ctx))
@@ -139,7 +149,7 @@ def gpu_sharing_training(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
                 f"ConfigMap {doc.name} ({key}) shares {SHARED_GPU} by {strategy} x{replicas}"
                 f"{'' if everywhere else ' on the nodes labelled for it'}: {effect}",
                 (*pod.container_path(index), "resources", "limits", SHARED_GPU),
-                severity=None if everywhere else WARNING,
+                severity=ERROR if everywhere and refuses else None,
             )
 
 
@@ -166,12 +176,14 @@ def _driver_branch(ctx: Context) -> tuple[int, str] | None:
 
 @pod_rule(
     id="cuda-driver-compatible",
-    severity=ERROR,
+    severity=WARNING,
     title="Images are built for a CUDA the cluster's driver supports",
     why="A CUDA runtime needs a driver of at least its major release's branch (11.x: 450, "
     "12.x: 525, 13.x: 580; NVIDIA's CUDA compatibility guide). An image built for a newer "
     "CUDA than the ClusterPolicy's driver refuses to start ('CUDA driver version is "
-    "insufficient for CUDA runtime version') on every node.",
+    "insufficient for CUDA runtime version') on every node, unless the image ships NVIDIA's "
+    "forward-compatibility libraries (cuda-compat, as NGC images do) and the GPUs are data "
+    "center GPUs: the tag does not say which.",
     fix="Use an image built for the CUDA the driver supports, or raise the ClusterPolicy's "
     "driver.version.",
     applies=common.gpu_pod,
@@ -231,6 +243,11 @@ def _requested_with_gpus(ctx: Context, resource: str) -> bool:
     fix="Use the resourceName of a node policy, the network kind that matches its linkType, "
     "and isRdma: true on policies whose VFs carry NCCL traffic.",
     kinds=("SriovNetwork", "SriovIBNetwork"),
+    source="https://github.com/k8snetworkplumbingwg/sriov-network-operator/blob/v1.6.0/bindata/manifests/cni-config/sriov/sriov-cni-config.yaml#L7",
+    when={
+        "error": "no SriovNetworkNodePolicy of the render advertises the network's resourceName",
+        "warning": "the policy's linkType needs the other network kind, or has no isRdma",
+    },
 )
 def sriov_network_policy(doc: Document, ctx: Context) -> Iterator[Violation]:
     policies = ctx.memo("sriov-policies", lambda: _policies(ctx))
@@ -252,7 +269,9 @@ def sriov_network_policy(doc: Document, ctx: Context) -> Iterator[Violation]:
         if link != SRIOV_NETWORKS[doc.kind]:
             wanted = "SriovIBNetwork" if link == "ib" else "SriovNetwork"
             yield Violation(
-                f"policy {policy.name} has linkType {link}: its VFs need a {wanted}", at
+                f"policy {policy.name} has linkType {link}: its VFs need a {wanted}",
+                at,
+                severity=WARNING,
             )
         elif (
             link == "eth"
@@ -303,6 +322,7 @@ def _shared_rdma_resources(ctx: Context) -> set[str] | None:
     "a name the plugin does not define stays Pending forever.",
     fix="Request a resource the plugin's configList defines, or add it there.",
     applies=common.requests_rdma,
+    source="https://github.com/Mellanox/k8s-rdma-shared-dev-plugin/blob/v1.5.3/pkg/resources/resources_manager.go#L43",
 )
 def rdma_shared_resource_defined(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     defined = ctx.memo("rdma-shared", lambda: _shared_rdma_resources(ctx))
@@ -368,6 +388,11 @@ def _capacity(config: dict[str, Any]) -> int | None:
     "has all its ranks: the gang waits forever.",
     fix="Widen the range (a /24 or larger per training network), or drop exclusions.",
     kinds=("NetworkAttachmentDefinition",),
+    source="https://github.com/k8snetworkplumbingwg/whereabouts/blob/v0.9.4/pkg/allocate/allocate.go#L21",
+    when={
+        "error": "one job attaches more pods than the range holds",
+        "warning": "only all the render's jobs together attach more",
+    },
 )
 def nad_ipam_capacity(doc: Document, ctx: Context) -> Iterator[Violation]:
     config, _ = multus.config(doc.obj)

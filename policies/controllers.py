@@ -6,7 +6,7 @@ Facts: Training Operator v1.9.2 (`pkg/controller.v1/pytorch/elastic.go`, `hpa.go
 `pkg/controller.v1/common/pod.go`); Trainer v2.3.0
 (`pkg/runtime/framework/plugins/jobset/{jobset,builder}.go`,
 `pkg/runtime/core/trainingruntime.go`); JobSet v0.12.0 `api/jobset/v1alpha2`
-(failurePolicy); Volcano v1.13.3 (`webhooks/admission/jobs/validate/util.go`,
+(failurePolicy); Volcano v1.15.1 (`webhooks/admission/jobs/validate/util.go`,
 `webhooks/admission/jobs/mutate/mutate_job.go`, `controllers/job/plugins/{ssh,
 distributed-framework/mpi}`).
 """
@@ -63,6 +63,7 @@ def _volcano(doc: Document) -> bool:
     "reconcile of the job fails and no pod is ever created.",
     fix="Remove rdzvConf, or give it at least one {key, value} entry.",
     kinds=("PyTorchJob",),
+    source="https://github.com/kubeflow/trainer/blob/v1.9.0/pkg/controller.v1/pytorch/elastic.go#L182",
 )
 def rdzv_conf_empty(doc: Document, ctx: Context) -> Iterator[Violation]:
     elastic = mapping(doc.obj.get("spec")).get("elasticPolicy")
@@ -146,6 +147,11 @@ def _containers(job: dict[str, Any]) -> set[str]:
     fix="Patch replicated jobs and containers by the names the runtime uses; give the training "
     "container's variables in spec.trainer.env.",
     kinds=("TrainJob",),
+    source=(
+        "https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/runtime/framework/plugins/jobset/jobset.go#L184",
+        "https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/runtime/framework/plugins/jobset/jobset.go#L201",
+        "https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/runtime/framework/plugins/jobset/jobset.go#L204",
+    ),
 )
 def runtime_patch_targets(doc: Document, ctx: Context) -> Iterator[Violation]:
     runtime = ctx.runtime_for(doc)
@@ -204,6 +210,10 @@ def runtime_patch_targets(doc: Document, ctx: Context) -> Iterator[Violation]:
     fix="Put the label under replicatedJobs[].template.metadata.labels of the training job "
     "(as upstream's torch-distributed runtime does).",
     kinds=common.RUNTIME_KINDS,
+    source=(
+        "https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/runtime/framework/plugins/jobset/builder.go#L118",
+        "https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/runtime/core/trainingruntime.go#L192",
+    ),
 )
 def runtime_ancestor_label(doc: Document, ctx: Context) -> Iterator[Violation]:
     spec = mapping(doc.obj.get("spec"))
@@ -353,12 +363,17 @@ def volcano_policy_problems(policies: list[dict[str, Any]]) -> Iterator[tuple[in
     id="volcano-job-policies",
     severity=ERROR,
     title="Volcano Job lifecycle policies pass Volcano's webhook",
-    why="Volcano's job admission webhook (v1.13.3 validate/util.go) refuses a policy with both "
+    why="Volcano's job admission webhook (v1.15.1 validate/util.go) refuses a policy with both "
     "an event and an exitCode (or neither), exitCode 0, an event or action it does not "
     "know, the same event or exit code in two policies, and '*' next to other events. The "
     "Job is never created and Argo CD's sync fails.",
     fix="Give each policy either events or an exitCode (not 0), each event and code once.",
     kinds=("Job",),
+    source=(
+        "https://github.com/volcano-sh/volcano/blob/v1.15.1/pkg/webhooks/admission/jobs/validate/util.go#L69",
+        "https://github.com/volcano-sh/volcano/blob/v1.15.1/pkg/webhooks/admission/jobs/validate/util.go#L106",
+        "https://github.com/volcano-sh/volcano/blob/v1.15.1/pkg/webhooks/admission/jobs/validate/util.go#L118",
+    ),
 )
 def volcano_job_policies(doc: Document, ctx: Context) -> Iterator[Violation]:
     if not _volcano(doc):
@@ -394,6 +409,11 @@ def _plugin_args(plugins: dict[str, Any], name: str) -> dict[str, str]:
     fix="Name the tasks master and worker or pass --master=<task> --worker=<task> to the mpi "
     "plugin; for non-root containers pass --ssh-key-file-path=<home>/.ssh to the ssh plugin.",
     kinds=("Job",),
+    source=(
+        "https://github.com/volcano-sh/volcano/blob/v1.15.1/pkg/controllers/job/plugins/distributed-framework/mpi/mpi.go#L84",
+        "https://github.com/volcano-sh/volcano/blob/v1.15.1/pkg/controllers/job/plugins/ssh/const.go#L33",
+        "https://github.com/volcano-sh/volcano/blob/v1.15.1/pkg/controllers/job/plugins/ssh/ssh.go#L151",
+    ),
 )
 def volcano_mpi_plugin(doc: Document, ctx: Context) -> Iterator[Violation]:
     if not _volcano(doc):

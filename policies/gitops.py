@@ -42,16 +42,17 @@ def run_ttl(doc: Document, ctx: Context) -> Iterator[Violation]:
             f"ttlSecondsAfterFinished: {holder['ttlSecondsAfterFinished']} (Argo CD self-heal "
             "would recreate the finished run)",
             (*path, "ttlSecondsAfterFinished"),
-            severity=ERROR if ctx.is_run else None,
         )
 
 
 @resource_rule(
     id="crd-server-side-apply",
-    severity=ERROR,
+    severity=WARNING,
     title="CRDs too big for client-side apply are applied server-side",
     why="Client-side apply stores the whole object in an annotation limited to 262144 bytes; "
-    "the training operator's CRDs are about 600 KB, so a plain sync fails on them.",
+    "the training operator's CRDs are about 600 KB, so a plain sync fails on them. An "
+    "Application that sets ServerSideApply=true for all its resources (trainops' "
+    "ApplicationSets do) syncs them fine, and the CRD alone does not say which one syncs it.",
     fix="Annotate the CRD argocd.argoproj.io/sync-options: ServerSideApply=true (or set it on "
     "the Application).",
     kinds=("CustomResourceDefinition",),
@@ -92,7 +93,7 @@ SCALABLE_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "LeaderWorkerSet")
 
 @resource_rule(
     id="hpa-replicas-in-git",
-    severity=ERROR,
+    severity=WARNING,
     title="Objects an autoscaler scales leave spec.replicas out of Git",
     why="A HorizontalPodAutoscaler writes spec.replicas of its target. When Git sets it too, "
     "every sync (and every self-heal) resets the autoscaler's choice and the pods are scaled "
@@ -131,6 +132,14 @@ def _unnamed(doc: Document) -> bool:
     "(argocd.argoproj.io/hook: Sync, with a hook-delete-policy).",
     kinds=EVERY_KIND,
     applies=_unnamed,
+    source=(
+        "https://github.com/kubernetes/kubectl/blob/v0.35.0/pkg/cmd/apply/apply.go#L566",
+        "https://github.com/argoproj/argo-cd/blob/v3.5.1/gitops-engine/pkg/sync/sync_context.go#L987",
+    ),
+    when={
+        "error": "in a run, which Argo CD syncs: kubectl apply refuses an object without a name",
+        "warning": "elsewhere (an object that may be meant for kubectl create)",
+    },
 )
 def generate_name(doc: Document, ctx: Context) -> Iterator[Violation]:
     metadata = doc.metadata
@@ -161,6 +170,10 @@ _FAST_PARAMETER = re.compile(r"^[A-Za-z_][\w-]*(\.[\w-]+|\[\d+\])*$")
     fix="Match the placeholders to goTemplate: {{.path.basename}} / {{.path.path}} with "
     "goTemplate: true, {{path.basename}} / {{path}} without.",
     kinds=("ApplicationSet",),
+    source=(
+        "https://github.com/argoproj/argo-cd/blob/v3.5.1/applicationset/utils/utils.go#L412",
+        "https://github.com/argoproj/argo-cd/blob/v3.5.1/applicationset/utils/utils.go#L436",
+    ),
 )
 def appset_template_syntax(doc: Document, ctx: Context) -> Iterator[Violation]:
     spec = mapping(doc.obj.get("spec"))

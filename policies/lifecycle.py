@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from trainops.model import ERROR, WARNING, Document
+from trainops.model import INFO, WARNING, Document
 from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import REPLICA_FIELDS, PodTemplate, argv, env_of, is_int, mapping
 
@@ -45,7 +45,6 @@ def idle_workers(doc: Document, ctx: Context) -> Iterator[Violation]:
                 + (", with their GPUs," if pod.uses_gpus else "")
                 + " after the launcher finishes",
                 ("spec", "runPolicy", "cleanPodPolicy"),
-                severity=ERROR if pod.uses_gpus else None,
             )
             return
 
@@ -103,11 +102,20 @@ def _shutdown_timeout(container: dict) -> int | None:
     title="torchrun's shutdown timeout uses the pod's grace period",
     why="On SIGTERM torchrun gives its workers TORCH_ELASTIC_SHUTDOWN_TIMEOUT (30 s unless set; "
     "--shutdown-timeout) and then SIGKILLs them, whatever terminationGracePeriodSeconds "
-    "says: a 300 s grace period leaves an emergency checkpoint 30 s. A timeout at or above "
-    "the grace period is cut short by the kubelet's SIGKILL instead.",
+    "says: a 300 s grace period leaves an emergency checkpoint 30 s. A timeout above the "
+    "grace period is cut short by the kubelet's SIGKILL at the grace period instead. The "
+    "workers get the shorter of the two; with both equal (the defaults, 30 s) neither cuts "
+    "the other short. Whether a save needs more depends on its size, so this is a risk, not "
+    "a failure.",
     fix="Set TORCH_ELASTIC_SHUTDOWN_TIMEOUT (or --shutdown-timeout) to most of the grace "
     "period, leaving the launcher time to exit (trainops: 240 s of 300 s).",
     applies=common.gpu_pod,
+    when={
+        "warning": "the timeout is above the grace period (the kubelet cuts the save short), or "
+        "far below it (torchrun does, with grace left)",
+        "info": "the timeout equals the grace period (the defaults, 30 s each): the workers "
+        "get that long either way",
+    },
 )
 def shutdown_timeout(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     grace = pod.spec.get("terminationGracePeriodSeconds", 30)
@@ -120,12 +128,18 @@ def shutdown_timeout(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
         timeout = _shutdown_timeout(container)
         if timeout is None:
             continue
-        if timeout >= grace:
+        if timeout > grace:
             yield Violation(
                 f"torchrun's shutdown timeout ({timeout} s) is not below the grace period "
                 f"({grace} s): the kubelet kills the workers first",
                 pod.container_path(index),
-                severity=ERROR,
+            )
+        elif timeout == grace:
+            yield Violation(
+                f"torchrun's shutdown timeout equals the grace period ({grace} s): the workers "
+                f"get {grace} s to save on SIGTERM, whichever SIGKILL comes first",
+                pod.container_path(index),
+                severity=INFO,
             )
         elif grace - timeout > 60 and timeout * 2 <= grace:
             yield Violation(

@@ -33,6 +33,11 @@ SERVICE_NAME_MAX = 63
     "the pods cannot find each other.",
     fix="Shorten the job name so that <job>-<replica type>-<highest index> fits in 63 characters.",
     kinds=KUBEFLOW_KINDS,
+    source=(
+        "https://github.com/kubeflow/trainer/blob/v1.9.0/pkg/core/utils.go#L30",
+        "https://github.com/kubeflow/trainer/blob/v1.9.0/pkg/controller.v1/common/service.go#L243",
+        "https://github.com/kubernetes/apimachinery/blob/v0.35.0/pkg/api/validation/generic.go#L59",
+    ),
 )
 def name_length(doc: Document, ctx: Context) -> Iterator[Violation]:
     name = doc.name
@@ -52,10 +57,11 @@ def name_length(doc: Document, ctx: Context) -> Iterator[Violation]:
 
 @resource_rule(
     id="elastic-policy",
-    severity=ERROR,
+    severity=WARNING,
     title="elasticPolicy bounds hold the Worker replicas",
     why="minReplicas above maxReplicas, or Worker replicas outside [minReplicas, maxReplicas], "
-    "never converge: torchrun's rendezvous waits for a node count the job cannot reach. The "
+    "do not converge: torchrun refuses min above max, waits (until its join timeout) for a "
+    "node count the job cannot reach, or leaves the nodes above max idle. The "
     "webhook checks neither (it refuses only elasticPolicy without a Worker and "
     "nProcPerNode together with spec.nprocPerNode).",
     fix="Keep minReplicas <= Worker replicas <= maxReplicas; use spec.nprocPerNode, not the "
@@ -73,7 +79,6 @@ def elastic_policy(doc: Document, ctx: Context) -> Iterator[Violation]:
         yield Violation(
             "elasticPolicy.nProcPerNode is deprecated; use spec.nprocPerNode",
             (*at, "nProcPerNode"),
-            severity=WARNING,
         )
     low = elastic.get("minReplicas", elastic.get("maxReplicas"))
     high = elastic.get("maxReplicas", low)
@@ -88,5 +93,4 @@ def elastic_policy(doc: Document, ctx: Context) -> Iterator[Violation]:
             "standalone: true makes the operator set PET_STANDALONE='' (torchrun "
             "then runs single-node rendezvous)",
             (*at, "standalone"),
-            severity=WARNING,
         )

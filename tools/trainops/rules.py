@@ -107,6 +107,12 @@ register(
         "already syncing.",
         fix="Correct the field named in the finding; for a kind with no schema, import its "
         "CRD with `trainops schemas import`.",
+        # Wrong types and missing required fields are refused; an unknown field is refused
+        # under kubectl's strict field validation and otherwise dropped (silently wrong).
+        sources=(
+            "https://github.com/kubernetes/apiserver/blob/v0.35.0/pkg/endpoints/handlers/create.go#L121",
+            "https://github.com/kubernetes/apiserver/blob/v0.35.0/pkg/endpoints/handlers/rest.go#L409",
+        ),
     )
 )
 register(

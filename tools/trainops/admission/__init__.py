@@ -32,6 +32,10 @@ register(
         why="The API server evaluates every x-kubernetes-validations rule of a CRD on create "
         "and update and refuses the object when one is false: Argo CD's sync fails.",
         fix="Change the field the rule names; the finding carries the CRD's own message.",
+        sources=(
+            "https://github.com/kubernetes/apiextensions-apiserver/blob/v0.35.0/pkg/registry/customresource/strategy.go#L217",
+            "https://github.com/kubernetes/apiserver/blob/v0.35.0/pkg/registry/generic/registry/store.go#L486",
+        ),
     )
 )
 register(
@@ -44,6 +48,12 @@ register(
         "an undefined volume is refused at apply; inside a custom resource's template it is "
         "accepted and the operator's pods are refused later, so the job never starts.",
         fix="Correct the field as the message (the API server's own) says.",
+        sources=(
+            "https://github.com/kubernetes/apimachinery/blob/v0.35.0/pkg/api/validation/objectmeta.go#L182",
+            "https://github.com/kubernetes/kubernetes/blob/v1.35.0/pkg/apis/core/validation/validation.go",
+            "https://github.com/kubernetes/apiserver/blob/v0.35.0/pkg/registry/rest/create.go#L122",
+            "https://github.com/kubeflow/mpi-operator/blob/v0.8.0/pkg/controller/mpi_job_controller.go#L1764",
+        ),
     )
 )
 register(
@@ -55,6 +65,12 @@ register(
         "objects in webhooks or controllers (names that must be DNS-1035 labels, replica "
         "counts, required containers, runtime references); a refused object never runs.",
         fix="Correct the object as the operator's message says.",
+        sources=(
+            "https://github.com/kubeflow/trainer/blob/v1.9.0/pkg/webhooks/pytorch/pytorchjob_webhook.go#L76",
+            "https://github.com/kubeflow/mpi-operator/blob/v0.8.0/pkg/controller/mpi_job_controller.go#L608",
+            "https://github.com/kubeflow/trainer/blob/v2.3.0/pkg/runtime/framework/plugins/jobset/jobset.go#L91",
+            "https://github.com/kubernetes-sigs/jobset/blob/v0.12.0/pkg/webhooks/jobset_webhook.go#L166",
+        ),
     )
 )
 

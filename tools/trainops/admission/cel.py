@@ -8,7 +8,9 @@ keeps it), never per resource. Evaluation follows the API server:
   below it, and only where that node exists in the object;
 - schema defaults are applied first (the API server defaults before it
   validates), so `self.reclaimWithinCohort == 'Never'` sees the default;
-- at the root, `self.metadata` holds only `name` and `generateName`;
+- at the root, `self.metadata` holds only `name` and `generateName`; an object with only
+  `generateName` has the name the API server generates first (apiserver v0.35.0
+  `registry/generic/registry/store.go` create, before BeforeCreate validates);
 - an evaluation error (a missing key, a type mismatch) is a rejection, as it
   is for the API server ("no such key ... evaluating rule");
 - rules that read `oldSelf` are transition rules: `violations` skips them and
@@ -32,6 +34,7 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_optional, ext_strings
 
+from trainops.admission import names
 from trainops.schema.crd import ITEMS, VALUES
 
 _OLD_SELF = re.compile(r"\boldSelf\b")
@@ -232,11 +235,16 @@ def _item_key(item: Any, keys: tuple[str, ...]) -> Any:
 
 
 def _root_view(obj: Any) -> Any:
-    """The object as root rules see it: metadata reduced to name and generateName."""
+    """The object as root rules see it: metadata reduced to name and generateName, the name
+    generated from generateName where the object has none (as the API server does it)."""
     if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
         return obj
     meta = obj["metadata"]
-    return {**obj, "metadata": {k: meta[k] for k in ("name", "generateName") if k in meta}}
+    view = {k: meta[k] for k in ("name", "generateName") if k in meta}
+    name = names.object_name(meta)
+    if name and not meta.get("name"):
+        view["name"] = name
+    return {**obj, "metadata": view}
 
 
 def with_defaults(value: Any, schema: dict[str, Any] | None) -> Any:

@@ -26,6 +26,15 @@ NOTE = (
     "a ValidationError event and creates no pods)"
 )
 FIX = "Fix the MPIJob as the MPI Operator's validation asks; until then it runs nothing."
+# Volumes the controller adds to the pods it creates, so a mount of one is no missing volume
+# (v0.8.0 pkg/controller/mpi_job_controller.go: setupSSHOnPod adds ssh-auth to the launcher
+# and the workers, newLauncherPodTemplate adds mpi-job-config to the launcher).
+SSH_AUTH_VOLUME = "ssh-auth"
+CONFIG_VOLUME = "mpi-job-config"
+OPERATOR_VOLUMES = {
+    "Launcher": frozenset({SSH_AUTH_VOLUME, CONFIG_VOLUME}),
+    "Worker": frozenset({SSH_AUTH_VOLUME}),
+}
 
 
 def _problem(path: tuple, message: str) -> Problem:
@@ -39,15 +48,15 @@ def check(obj: dict[str, Any]) -> Iterator[Problem]:
     worker = specs.get("Worker") if specs else None
     count = worker.get("replicas") if isinstance(worker, dict) else None
     highest = count - 1 if isinstance(count, int) and count > 0 else 0
-    name = (
-        (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
-    )
+    # The controller validates the stored object: a generateName has become a name by then.
+    meta = obj.get("metadata")
+    name = names.object_name(meta) if isinstance(meta, dict) else None
     if isinstance(name, str) and name:
         hostname = f"{name}-worker-{highest}"
         errors = names.dns1035_label(hostname)
         if errors:
             yield _problem(
-                ("metadata", "name"),
+                ("metadata", "name" if meta.get("name") else "generateName"),
                 invalid(
                     name,
                     f'will not able to create pod and service with invalid DNS label "{hostname}": '
@@ -73,13 +82,13 @@ def check(obj: dict[str, Any]) -> Iterator[Problem]:
     if not isinstance(launcher, dict):
         yield _problem((*at, "Launcher"), required("must have Launcher replica spec"))
     else:
-        yield from _replica(launcher, (*at, "Launcher"), "OnFailure")
+        yield from _replica(launcher, (*at, "Launcher"), "OnFailure", OPERATOR_VOLUMES["Launcher"])
         if launcher.get("replicas", 1) != 1:
             yield _problem(
                 (*at, "Launcher", "replicas"), invalid(launcher["replicas"], "must be 1")
             )
     if isinstance(worker, dict):
-        yield from _replica(worker, (*at, "Worker"), "Never")
+        yield from _replica(worker, (*at, "Worker"), "Never", OPERATOR_VOLUMES["Worker"])
         workers = worker.get("replicas", 0)  # the operator's default
         if isinstance(workers, int) and workers <= 0:
             yield _problem(
@@ -87,7 +96,9 @@ def check(obj: dict[str, Any]) -> Iterator[Problem]:
             )
 
 
-def _replica(replica: dict[str, Any], at: tuple, restart_default: str) -> Iterator[Problem]:
+def _replica(
+    replica: dict[str, Any], at: tuple, restart_default: str, added: frozenset[str]
+) -> Iterator[Problem]:
     policy = replica.get("restartPolicy") or restart_default
     if policy not in RESTART_POLICIES:
         yield _problem((*at, "restartPolicy"), not_supported(policy, RESTART_POLICIES))
@@ -97,7 +108,7 @@ def _replica(replica: dict[str, Any], at: tuple, restart_default: str) -> Iterat
         yield _problem(
             (*at, "template", "spec", "containers"), required("must define at least one container")
         )
-    yield from later(pod_template(template, (*at, "template")), "MPIJob", "the MPI Operator")
+    yield from later(pod_template(template, (*at, "template"), added), "MPIJob", "the MPI Operator")
 
 
 def _run_policy(policy: Any) -> Iterator[Problem]:

@@ -55,18 +55,33 @@ def max_length(limit: int) -> str:
     return f"must be no more than {limit} characters"
 
 
-# What the API server appends to metadata.generateName (5 random characters).
+# What the API server appends to metadata.generateName (5 random characters), and how much
+# of the prefix it keeps: apiserver v0.35.0 pkg/storage/names/generate.go
+# (SimpleNameGenerator: maxNameLength 63, randomLength 5, the base cut to 58).
 GENERATED_SUFFIX = "xxxxx"
+GENERATED_PREFIX_MAX = 63 - len(GENERATED_SUFFIX)
+
+
+def generated_name(prefix: str) -> str:
+    """The name the API server gives an object with only `generateName: prefix`."""
+    return prefix[:GENERATED_PREFIX_MAX] + GENERATED_SUFFIX
 
 
 def object_name(metadata: dict[str, Any]) -> str:
-    """The name the object will have: metadata.name, or generateName plus the 5 characters
-    the API server appends before admission."""
+    """The name the object will have: metadata.name, or the one the API server generates
+    from generateName before it validates and admits the object (Store.create sets it
+    ahead of BeforeCreate, the CRD's CEL rules and the validating webhooks)."""
     name = metadata.get("name")
     if isinstance(name, str) and name:
         return name
     prefix = metadata.get("generateName")
-    return prefix + GENERATED_SUFFIX if isinstance(prefix, str) and prefix else ""
+    return generated_name(prefix) if isinstance(prefix, str) and prefix else ""
+
+
+def _mask_trailing_dash(name: str) -> str:
+    """apimachinery's maskTrailingDash (pkg/api/validation/generic.go), as the prefix check
+    of a generateName applies it."""
+    return name[:-2] + "a" if len(name) > 1 and name.endswith("-") else name
 
 
 @lru_cache(maxsize=8192)  # names and labels repeat across a render
@@ -142,10 +157,18 @@ def object_meta(
         for error in name_check(name):
             yield Problem(rule, (*at, "name"), invalid(name, error))
     elif isinstance(meta.get("generateName"), str) and meta["generateName"]:
-        # A generated name is the prefix plus five characters; a trailing '-' is allowed.
+        # ValidateObjectMetaAccessor (apimachinery v0.35.0 objectmeta.go): generateName is
+        # checked as a prefix (trailing '-' masked), and the name the API server generated
+        # from it first (at most 58 characters of it plus 5) as a name. So a long prefix is
+        # no error as long as the prefix itself fits the kind's rule.
         prefix = meta["generateName"]
-        for error in name_check(prefix.removesuffix("-") + "-abcde"):
+        errors = name_check(_mask_trailing_dash(prefix))
+        for error in errors:
             yield Problem(rule, (*at, "generateName"), invalid(prefix, error))
+        if not errors:
+            generated = generated_name(prefix)
+            for error in name_check(generated):
+                yield Problem(rule, (*at, "generateName"), invalid(generated, error))
     yield from labels(meta.get("labels"), (*at, "labels"), rule)
     yield from annotations(meta.get("annotations"), (*at, "annotations"), rule)
 

@@ -339,7 +339,9 @@ def _security_context(value: Any, at: Path) -> Iterator[Error]:
         if isinstance(value.get("capabilities"), dict)
         else None
     )
-    if isinstance(added, list) and any(c in ("SYS_ADMIN", "CAP_SYS_ADMIN") for c in added):
+    # ValidateSecurityContext compares the literal string: only "CAP_SYS_ADMIN" is refused;
+    # "SYS_ADMIN" (the spelling runtimes also accept) passes validation.
+    if isinstance(added, list) and "CAP_SYS_ADMIN" in added:
         yield (
             at,
             invalid(

@@ -51,13 +51,14 @@ KINDS = {
 def check(kind: str, obj: dict[str, Any]) -> Iterator[Problem]:
     rules = KINDS[kind]
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    name = meta.get("name")
+    # The webhook sees the object after the API server has generated its name.
+    name = names.object_name(meta)
     if isinstance(name, str) and name:
         errors = names.dns1035_label(name)
         if errors:
             yield Problem(
                 WEBHOOK,
-                ("metadata", "name"),
+                ("metadata", "name" if meta.get("name") else "generateName"),
                 invalid(name, "should match: " + ",".join(errors)),
                 FIX,
             )
