@@ -25,12 +25,6 @@ def assert_input_error(run, where: str) -> None:
     ("name", "text", "line", "words"),
     [
         ("syntax", VALID_HEAD + "data:\n  key: [unclosed\n", 6, "invalid YAML"),
-        (
-            "duplicate",
-            VALID_HEAD + "  name: b\n",
-            5,
-            "duplicate key 'name' (first defined on line 4)",
-        ),
         ("tabs", VALID_HEAD + "data:\n\tkey: value\n", 6, "tab character"),
         ("list-document", "- a\n- b\n", 1, "not a mapping"),
         ("scalar-document", "just text\n", 1, "not a mapping"),

@@ -55,7 +55,8 @@ def _run_findings(rule: str, target: str, settings_text: str = "", tmp_path: Pat
 @pytest.mark.parametrize("rule", POD_SECURITY_RULES)
 def test_a_runs_own_annotation_does_not_exempt_it(rule: str, tmp_path: Path):
     found = _run_findings(rule, "overlays/prod-roce/runs/evil", tmp_path=tmp_path)
-    assert [f for f in found if f.rule == rule and f.severity == "error"], rule
+    # still reported (at the severity its contract gives it): the annotation exempted nothing
+    assert [f for f in found if f.rule == rule and f.severity in ("error", "warning")], rule
     assert any(f.rule == "policy-exemption" and "security rule" in f.message for f in found)
 
 

@@ -378,7 +378,7 @@ def test_the_example_job_needs_no_exemption():
 
 def test_wrongly_typed_fields_are_schema_errors_not_rule_crashes(trainops, tmp_path: Path):
     docs = copy.deepcopy(baseline())
-    job(docs)["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "$NUM_NODES"
+    job(docs)["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "four"
     job(docs, "MPIJob")["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = "eight"
     job(docs, "MPIJob")["spec"]["slotsPerWorker"] = "x"
     path = write(tmp_path / "templated.yaml", yaml.safe_dump_all(docs))

@@ -2,9 +2,12 @@
 
 Each document is decoded as kubectl, Argo CD and kubeconform decode it
 (sigs.k8s.io/yaml: YAML 1.1 scalars, merge keys, see `trainops.kubeyaml`); what they
-would refuse, and duplicate keys, deep nesting and alias bombs, become one-line input
-errors naming the file and line. Locating the line of a field for a finding re-reads
-the document's text and is only paid for when a finding exists.
+would refuse, deep nesting and alias bombs become one-line input errors naming the
+file and line. A key written twice in one mapping is an input error too, unless the
+caller asks for the repeated keys (`repeated`): then the last value wins, as kubectl
+reads it, and each repetition is handed back with its lines. Locating the line of a
+field for a finding re-reads the document's text and is only paid for when a finding
+exists.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import gc
 import os
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +26,9 @@ import yaml
 from trainops.errors import InputError
 from trainops.kubeyaml.load import load_document
 from trainops.kubeyaml.reader import (
+    LAST_WINS,
     REFUSE,
+    RepeatedKey,
     SyntaxProblem,
     YamlProblem,
     first_definition_line,
@@ -33,6 +39,17 @@ from trainops.model import Document
 MAX_FILE_BYTES = 16 * 1024 * 1024
 _SEPARATOR = re.compile(r"^(---|\.\.\.)(?=[ \t\r]|$)", re.MULTILINE)
 _LIST_KIND = re.compile(r"^[A-Za-z]*List$")
+
+
+@dataclass(frozen=True)
+class RepeatedKeyAt:
+    """A key written twice in one mapping of a stream: 1-based lines in the stream."""
+
+    key: str
+    line: int  # the second writing, whose value is kept
+    first_line: int | None
+    path: tuple[str | int, ...]
+    resource: str  # Kind/namespace/name of the document, as far as it says
 
 
 def split_documents(text: str) -> list[tuple[int, str]]:
@@ -114,19 +131,27 @@ def load_documents(
     file: str | None = None,
     keep_text: bool = False,
     duplicates: str = REFUSE,
+    repeated: list[RepeatedKeyAt] | None = None,
 ) -> list[Document]:
     """Parse a YAML stream into Documents.
 
     `file` names the file the text came from (None for kustomize output,
     whose lines mean nothing to the user); `keep_text` keeps each document's
     YAML so findings can later point at a line; `duplicates` says what a key
-    written twice means (see trainops.kubeyaml.reader).
+    written twice means (see trainops.kubeyaml.reader). A `repeated` list
+    receives every key written twice, read LAST_WINS whatever `duplicates` says.
     """
     where = file or source
     documents: list[Document] = []
+    found: list[RepeatedKey] | None = [] if repeated is not None else None
+    if repeated is not None:
+        duplicates = LAST_WINS
     with cycle_collection_paused():
         for line, chunk in split_documents(text):
-            obj = parse_document(chunk, line, where, duplicates)
+            obj = parse_document(chunk, line, where, duplicates, found)
+            if found and repeated is not None:
+                repeated.extend(_repeated_at(found, chunk, line, obj))
+                found.clear()
             if obj is None:
                 continue
             for item in _expand_lists(obj, where, line):
@@ -171,10 +196,35 @@ def kept_objects_set_aside() -> Iterator[Callable[[], None]]:
         gc.unfreeze()
 
 
-def parse_document(chunk: str, first_line: int, where: str, duplicates: str = REFUSE) -> Any:
+def _repeated_at(
+    found: list[RepeatedKey], chunk: str, first_line: int, obj: Any
+) -> Iterator[RepeatedKeyAt]:
+    resource = ""
+    if isinstance(obj, dict):
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        parts = (obj.get("kind"), meta.get("namespace"), meta.get("name"))
+        resource = "/".join(part if isinstance(part, str) else "" for part in parts)
+    for item in found:
+        first = first_definition_line(chunk, item.key, item.line)
+        yield RepeatedKeyAt(
+            key=item.key,
+            line=first_line + item.line,
+            first_line=first_line + first if first is not None else None,
+            path=item.path,
+            resource=resource,
+        )
+
+
+def parse_document(
+    chunk: str,
+    first_line: int,
+    where: str,
+    duplicates: str = REFUSE,
+    repeated: list[RepeatedKey] | None = None,
+) -> Any:
     """One document's data, or an InputError naming `where` and the line at fault."""
     try:
-        return load_document(chunk, duplicates)
+        return load_document(chunk, duplicates, repeated)
     except YamlProblem as problem:
         raise input_error(problem, chunk, first_line, where) from None
 

@@ -150,6 +150,14 @@ class _ValidateCommand(click.Command):
     help="Drop findings of these rule ids (repeatable or comma-separated).",
 )
 @click.option(
+    "--env",
+    "envsubst",
+    is_flag=True,
+    help="Render plain files and stdin from the environment first, as GNU envsubst does "
+    "($NAME and ${NAME} become the value, or nothing when unset; ${NAME:-x} and Helm's "
+    "{{ }} stay, and such a file is reported as a template, not checked).",
+)
+@click.option(
     "--changed",
     is_flag=True,
     help="PATHS are changed files (as pre-commit passes them): validate the targets under "
@@ -197,6 +205,7 @@ def validate(
     fail_on,
     select,
     ignore,
+    envsubst,
     changed,
     color,
     show_info,
@@ -237,6 +246,7 @@ def validate(
     renderer, cache = make_renderer(
         config, jobs, remote_mirror, allow_network, no_cache, max_file_size
     )
+    renderer.options.envsubst = envsubst
     if not schema_locations:
         schema_locations = ("default",)
         if config.schema_dir is not None:

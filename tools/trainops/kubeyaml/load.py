@@ -24,7 +24,7 @@ from typing import Any
 
 import ryaml
 
-from trainops.kubeyaml.reader import REFUSE, load_first_document
+from trainops.kubeyaml.reader import REFUSE, RepeatedKey, load_first_document
 from trainops.kubeyaml.scalars import NUMERIC_START, SPECIAL, resolve_plain
 
 _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
@@ -34,8 +34,11 @@ _GO_ONLY_WORDS = frozenset(
 _RISKY_FIRST = frozenset(word[0] for word in _GO_ONLY_WORDS) | NUMERIC_START | {"<"}
 
 
-def load_document(text: str, duplicates: str = REFUSE) -> Any:
-    """The first document of `text`, decoded as sigs.k8s.io/yaml decodes it."""
+def load_document(
+    text: str, duplicates: str = REFUSE, repeated: list[RepeatedKey] | None = None
+) -> Any:
+    """The first document of `text`, decoded as sigs.k8s.io/yaml decodes it (`repeated`:
+    see load_first_document; ryaml refuses repeated keys, so they always reach the reader)."""
     if "&" not in text and "!" not in text and _flow_depth_within(text, _RYAML_DEPTH):
         try:
             obj = ryaml.loads(text)
@@ -43,7 +46,7 @@ def load_document(text: str, duplicates: str = REFUSE) -> Any:
             obj = _UNSURE
         if obj is not _UNSURE and _same_for_the_cluster(obj):
             return obj
-    return load_first_document(text, duplicates)
+    return load_first_document(text, duplicates, repeated)
 
 
 _UNSURE = object()

@@ -19,6 +19,7 @@ far beyond any Kubernetes object, because every consumer of a document walks it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from yaml import MarkedYAMLError
@@ -52,6 +53,17 @@ REFUSE, LAST_WINS, STRICT = "refuse", "last-wins", "strict"
 may be overridden); LAST_WINS as go-yaml's Unmarshal; STRICT as its UnmarshalStrict,
 which also refuses a key set both by a merge and by the mapping."""
 
+
+@dataclass(frozen=True)
+class RepeatedKey:
+    """A key written twice in one mapping, read LAST_WINS; `line` (0-based) is the
+    second writing, `path` the keys and indexes down to it (the key included)."""
+
+    key: str
+    line: int
+    path: tuple[str | int, ...]
+
+
 _NO_KEY = object()
 _MERGE = object()
 
@@ -82,14 +94,17 @@ def allowed_alias_ratio(decoded: int) -> float:
     return 0.99 - 0.89 * (decoded - 400_000) / 3_600_000
 
 
-def load_first_document(text: str, duplicates: str = REFUSE) -> Any:
+def load_first_document(
+    text: str, duplicates: str = REFUSE, repeated: list[RepeatedKey] | None = None
+) -> Any:
     """The first document of `text` as plain Python data (None when it is empty).
 
     Raises YamlProblem for what the cluster would refuse and SyntaxProblem for text
-    that is not YAML at all.
+    that is not YAML at all. With LAST_WINS, `repeated` (when given) receives every key
+    written twice in one mapping (a key a merge set and the mapping overrides is none).
     """
     try:
-        return _Builder(duplicates).build(CParser(text))
+        return _Builder(duplicates, repeated).build(CParser(text))
     except MarkedYAMLError as exc:
         # libyaml from 0.2.6 (PyYAML 6.0.4) stops at 1,000 levels in its scanner, which
         # reads a line's tokens ahead of the events, so a deep line ends here, not at MAX_DEPTH.
@@ -119,8 +134,10 @@ def _is_merge_key(event: ScalarEvent) -> bool:
 
 
 class _Builder:
-    def __init__(self, duplicates: str):
+    def __init__(self, duplicates: str, repeated: list[RepeatedKey] | None = None):
         self.duplicates = duplicates
+        self.repeated = repeated
+        self.stack: list[list[Any]] = []
         self.anchors: dict[str, tuple[Any, int, int]] = {}  # name -> (value, nodes, depth)
         self.open_anchors: set[str] = set()
         self.decoded = 1  # the document node
@@ -130,7 +147,8 @@ class _Builder:
     def build(self, parser: CParser) -> Any:
         get_event = parser.get_event
         special, numeric_start = SPECIAL, NUMERIC_START
-        stack: list[list[Any]] = []  # [container, key, key line, anchor, decoded at start]
+        # [container, key, key line, anchor, decoded at start] per open collection
+        stack: list[list[Any]] = self.stack
         container: Any = None
         key: Any = _NO_KEY
         key_line = 0
@@ -222,9 +240,21 @@ class _Builder:
             merged_only = explicit is not None and key not in explicit
             if self.duplicates == STRICT or (self.duplicates == REFUSE and not merged_only):
                 raise YamlProblem(f"key {key!r} already set in map", line, "duplicate", key)
+            if self.repeated is not None and not merged_only:
+                self.repeated.append(RepeatedKey(key, line, (*self._path(), key)))
         if explicit is not None:
             explicit.add(key)
         mapping[key] = value
+
+    def _path(self) -> tuple[str | int, ...]:
+        """Keys and indexes from the root down to the mapping being built."""
+        path: list[str | int] = []
+        for parent, key, *_ in self.stack[1:]:
+            if parent.__class__ is list:
+                path.append(len(parent))
+            else:
+                path.append("<<" if key is _MERGE else key)
+        return tuple(path)
 
     def _merge(self, mapping: dict[str, Any], value: Any, line: int) -> None:
         sources = list(reversed(value)) if isinstance(value, list) else [value]

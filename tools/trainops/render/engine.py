@@ -1,6 +1,9 @@
 """Renders targets into Documents: kustomize in parallel, cached by input content.
 
-A kustomization is built by the real kustomize. When it lists remote
+Plain files, stdin and helm's output are read by `plain` (templates, repeated keys);
+with `envsubst` set, plain files and stdin are first rendered from the environment as
+GNU envsubst renders them (`templates.envsubst`). A kustomization is built by the real
+kustomize. When it lists remote
 resources, the build runs on a staged copy whose kustomizations point at the
 mirror instead; remotes the mirror lacks are left out and reported as
 warnings, so an offline CI still validates everything else. Sibling
@@ -27,10 +30,11 @@ from pathlib import Path
 from trainops.cache import Cache, FileHasher, code_fingerprint, digest
 from trainops.errors import InputError
 from trainops.model import WARNING, Document, Finding, Target
-from trainops.render import batch, helm, kustomize
+from trainops.render import batch, helm, kustomize, templates
 from trainops.render.discover import display_path
 from trainops.render.inputs import InputGraph, RemoteUse, collect_inputs
 from trainops.render.origin import strip_origins
+from trainops.render.plain import KustomizeUses, read_plain
 from trainops.yamlio import (
     MAX_FILE_BYTES,
     decode,
@@ -48,7 +52,9 @@ class Plan:
     target: Target
     key: str
     inputs: InputGraph | None = None  # kustomizations: the files the build reads
-    text: str | None = None  # files and stdin: their content
+    text: str | None = None  # files and stdin: their content (rendered, with envsubst)
+    # files: the kustomization that reads the file and the field naming it
+    kustomize_use: tuple[str, str] | None = None
 
 
 @dataclass
@@ -67,6 +73,7 @@ class RenderOptions:
     allow_network: bool = False
     jobs: int = 0  # 0: one per CPU
     max_file_bytes: int = MAX_FILE_BYTES
+    envsubst: bool = False  # render plain files and stdin from the environment first
 
 
 class Renderer:
@@ -78,6 +85,7 @@ class Renderer:
         self.jobs = options.jobs or os.cpu_count() or 1
         self._shared: dict[str, _SharedBuild] = {}  # plan key -> its shared build
         self._shared_lock = threading.Lock()
+        self._kustomize_uses = KustomizeUses()
 
     def render(self, targets: list[Target]) -> list[RenderResult]:
         """Render every target; raise the first InputError (in target order)."""
@@ -146,13 +154,18 @@ class Renderer:
         if target.kind == "kustomization":
             graph = collect_inputs(Path(target.path), self._mirror)
             return Plan(target, self._key(graph), inputs=graph)
+        use = None
         if target.kind == "stdin":
             text = stdin_text or ""
         elif target.kind == "helm":
             text = helm.template(Path(target.path), target.path)
         else:
             text = read_text(target.path, self.options.max_file_bytes)
-        return Plan(target, digest(code_fingerprint(), "file", text), text=text)
+            use = self._kustomize_uses.of(target.path)
+        if self.options.envsubst and target.kind != "helm":
+            text = templates.envsubst(text, os.environ)
+        key = digest(code_fingerprint(), "file", text, *(use or ()))
+        return Plan(target, key, text=text, kustomize_use=use)
 
     def render_plan(self, plan: Plan) -> RenderResult:
         target = plan.target
@@ -161,8 +174,8 @@ class Renderer:
             text = plan.text or ""
             # helm's output lines mean nothing to the user: findings name the chart.
             file = None if target.kind == "helm" else where
-            documents = load_documents(text, source=where, file=file, keep_text=True)
-            return RenderResult(target, documents, plan.key, text)
+            read = read_plain(text, where, file, plan.kustomize_use)
+            return RenderResult(target, read.documents, plan.key, text, read.findings)
         cached = _cached_render(self.cache.get("render", plan.key))
         if cached is not None:
             text, findings = cached
