@@ -234,3 +234,39 @@ def test_committed_cel_sidecars_hold_every_rule_of_their_crds():
         assert rules is not None and rules.problems == [], path
         total += rules.count
     assert total >= 80
+
+
+def test_a_go_pattern_the_engine_cannot_compile_leaves_the_rest_checked(trainops, tmp_path):
+    """The AMD GPU Operator's DeviceConfig writes `\\0` in a pattern: valid for the API
+    server's Go regexp, not for the ECMA-262 engine here. Only that pattern is left out."""
+    crd = yaml.safe_load(CRD)
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec["properties"]["socket"] = {"type": "string", "pattern": "^(/[^/\\\\0]+)*(/)?$"}
+    spec["properties"]["pattern"] = {"type": "integer"}
+    out = tmp_path / "schemas"
+    (tmp_path / "crd.yaml").write_text(yaml.safe_dump(crd))
+    assert trainops("schemas", "import", str(tmp_path / "crd.yaml"), "-o", str(out)).code == 0
+    group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+    version = crd["spec"]["versions"][0]["name"]
+    doc = tmp_path / "obj.yaml"
+    doc.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": f"{group}/{version}",
+                "kind": kind,
+                "metadata": {"name": "x"},
+                "spec": {"size": "2Gi", "socket": "/var/lib/kubelet", "pattern": "seven"},
+            }
+        )
+    )
+    run = trainops(
+        "validate",
+        "--no-policies",
+        "--schema-location",
+        "default",
+        "--schema-location",
+        f"{out}/{{{{.Group}}}}/{{{{.ResourceKind}}}}_{{{{.ResourceAPIVersion}}}}{{{{.StrictSuffix}}}}.json",
+        str(doc),
+    )
+    assert run.code == 1, run.err
+    assert "spec.pattern" in run.out and "expected integer" in run.out

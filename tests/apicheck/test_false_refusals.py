@@ -104,3 +104,21 @@ def test_sys_admin_without_the_cap_prefix_passes_validation():
 def test_cap_sys_admin_without_escalation_is_still_refused():
     found = errors(_escalation("CAP_SYS_ADMIN"), "api-validation")
     assert len(found) == 1 and "CAP_SYS_ADMIN" in found[0][1]
+
+
+def test_a_volume_without_a_source_is_defaulted_to_an_empty_dir():
+    """`emptyDir:` left empty names no source; SetDefaults_Volume (pkg/apis/core/v1/
+    defaults.go) makes it an emptyDir before validation. Two sources stay refused."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [{"name": "c", "image": "busybox:1.36"}],
+            "volumes": [{"name": "scratch", "emptyDir": None}, {"name": "bare"}],
+        },
+    }
+    assert errors(pod, "api-validation") == []
+    both = copy.deepcopy(pod)
+    both["spec"]["volumes"][0] = {"name": "scratch", "emptyDir": {}, "hostPath": {"path": "/x"}}
+    assert [p for p, _ in errors(both, "api-validation")] == ["spec.volumes[0].hostPath"]

@@ -113,10 +113,10 @@ def _volumes(value: Any, at: Path) -> Iterator[Error]:
             if name in found:
                 yield (*where, "name"), duplicate(name)
             found.add(name)
-        sources = [key for key in volume if key in _VOLUME_SOURCES]
-        if not sources:
-            yield where, required("must specify a volume type")
-        elif len(sources) > 1:
+        # A volume naming no source (`emptyDir:` left empty reads as none) is defaulted
+        # to an emptyDir before validation (SetDefaults_Volume, pkg/apis/core/v1/defaults.go).
+        sources = [key for key in volume if key in _VOLUME_SOURCES and volume[key] is not None]
+        if len(sources) > 1:
             yield (*where, sources[1]), forbidden("may not specify more than 1 volume type")
         claim = volume.get("persistentVolumeClaim")
         if isinstance(claim, dict) and not claim.get("claimName"):

@@ -145,7 +145,7 @@ class SchemaRegistry:
                         schema, registry=self._core_registry
                     )
                 else:
-                    validator = jsonschema_rs.validator_for(schema)
+                    validator = _compile_crd_schema(schema)
             except Exception as exc:  # jsonschema-rs reports invalid schemas with several types
                 raise InputError(f"schema cannot be compiled: {exc}", path) from None
             definitions = self.core_definitions if core else None
@@ -185,6 +185,38 @@ class SchemaRegistry:
                     ) from None
         self._fetched[path] = schema
         return schema
+
+
+def _compile_crd_schema(schema: dict[str, Any]) -> Any:
+    """A validator for a CRD's schema. A `pattern` written for Go's regexp that the
+    ECMA-262 engine here cannot compile (e.g. `\\0`) is left out, not the whole schema:
+    the API server compiled it, so the CRD is valid, and every other keyword still
+    checks."""
+    try:
+        return jsonschema_rs.validator_for(schema)
+    except Exception:
+        return jsonschema_rs.validator_for(_without_foreign_patterns(schema))
+
+
+def _without_foreign_patterns(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_without_foreign_patterns(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key == "pattern" and isinstance(value, str) and not _compiles(value):
+            continue  # a keyword here; a property named "pattern" maps to a schema
+        out[key] = _without_foreign_patterns(value)
+    return out
+
+
+def _compiles(pattern: str) -> bool:
+    try:
+        jsonschema_rs.validator_for({"type": "string", "pattern": pattern})
+    except Exception:
+        return False
+    return True
 
 
 def render_template(template: str, api_version: str, kind: str, version: str, strict: bool) -> str:
