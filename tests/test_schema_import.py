@@ -270,3 +270,19 @@ def test_a_go_pattern_the_engine_cannot_compile_leaves_the_rest_checked(trainops
     )
     assert run.code == 1, run.err
     assert "spec.pattern" in run.out and "expected integer" in run.out
+
+
+def test_a_required_property_with_a_default_is_filled_in_not_missing():
+    """The API server applies schema defaults while decoding a custom resource, before it
+    validates: KubeRay's workerGroupSpecs[].maxReplicas is required and defaulted."""
+    schema = {
+        "type": "object",
+        "required": ["maxReplicas", "groupName"],
+        "properties": {
+            "maxReplicas": {"type": "integer", "default": 2147483647},
+            "groupName": {"type": "string"},
+        },
+    }
+    validator = jsonschema_rs.validator_for(convert(schema, strict=True))
+    assert validator.is_valid({"groupName": "g"})
+    assert not validator.is_valid({"maxReplicas": 2})  # groupName has no default

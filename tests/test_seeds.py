@@ -2,7 +2,9 @@
 
 Each expected (resource, rule) pair says why a reviewer would flag it. The test
 asserts the exact set of errors and warnings, so both a missed problem and a
-new false alarm fail it. Info findings are advice and not listed.
+new false alarm fail it. Info findings are advice and not listed: torchrun's 30 s
+shutdown timeout beside the default 30 s grace is one (the workers get 30 s either
+way; grace-period-short says the grace is short).
 """
 
 from __future__ import annotations
@@ -62,18 +64,6 @@ EXPECTED = {
             "argocd-single-owner",
         ): "the gpu-operator chart renders the same ClusterPolicy: two owners",
         (
-            ELASTIC,
-            "shutdown-timeout-grace",
-        ): "torchrun's 30 s shutdown timeout equals the 30 s default grace: no time to save",
-        (
-            MNIST,
-            "shutdown-timeout-grace",
-        ): "torchrun's 30 s shutdown timeout equals the 30 s default grace: no time to save",
-        (
-            LLAMA,
-            "shutdown-timeout-grace",
-        ): "torchrun's 30 s shutdown timeout equals the 30 s default grace: no time to save",
-        (
             "NetworkAttachmentDefinition/ml-training/ib-sriov-network",
             "nad-sriov-resource-name",
         ): "an ib-sriov network without resourceName: Multus passes no VF, pods fail to start",
@@ -131,10 +121,6 @@ EXPECTED = {
         (MNIST, "gpu-node-placement"): "no GPU node selection",
     },
     "004-training-operator-recipe.yaml": {
-        (
-            LLM,
-            "shutdown-timeout-grace",
-        ): "torchrun's 30 s shutdown timeout equals the 30 s default grace: no time to save",
         (LLM, "rendezvous-endpoint"): "$(MASTER_ADDR) in a Worker-only elastic job is never set",
         (
             LLM,
@@ -174,12 +160,10 @@ def test_every_seed_file_is_listed():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_seed_gets_the_reviewers_findings(trainops, name):
     run = trainops("validate", "--format", "json", str(SEEDS / name))
-    assert run.code == 1 and "Traceback" not in run.err
-    found = {
-        (f["resource"], f["rule"])
-        for f in json.loads(run.out)["findings"]
-        if f["severity"] != "info"
-    }
+    findings = json.loads(run.out)["findings"]
+    errors = any(f["severity"] == "error" for f in findings)
+    assert run.code == (1 if errors else 0) and "Traceback" not in run.err
+    found = {(f["resource"], f["rule"]) for f in findings if f["severity"] != "info"}
     expected = set(EXPECTED[name])
     assert found - expected == set(), "unexpected findings"
     assert expected - found == set(), "missed findings"

@@ -126,6 +126,20 @@ def _convert_node(node: dict[str, Any], strict: bool) -> dict[str, Any]:
         properties.setdefault("metadata", {"type": "object"})
     if strict and "properties" in out and "additionalProperties" not in out and not preserve:
         out["additionalProperties"] = False
+    # The API server fills in a property's schema default while it decodes a custom
+    # resource, before validation: a required property with a default is never missing
+    # (apiextensions-apiserver structuraldefaulting; KubeRay's workerGroupSpecs[].maxReplicas).
+    required, properties = out.get("required"), out.get("properties")
+    if isinstance(required, list) and isinstance(properties, dict):
+        defaulted = {
+            name for name, sub in properties.items() if isinstance(sub, dict) and "default" in sub
+        }
+        if defaulted & set(required):
+            kept = [name for name in required if name not in defaulted]
+            if kept:
+                out["required"] = kept
+            else:
+                del out["required"]
 
     if node.get("nullable"):
         kind = out.get("type")
