@@ -290,7 +290,8 @@ def multinode_args(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="rendezvous-host-resolves",
-    severity=WARNING,
+    severity=ERROR,
+    source="https://github.com/kubernetes-sigs/jobset/blob/f22e565ac3cc3265c7c45ef67ecffdc689af5d77/pkg/controllers/jobset_controller.go#L1090-L1097",
     title="Rendezvous hostnames are ones the pods really get",
     why="A pod of an Indexed Job is reachable as <job>-<index>.<subdomain> only when its "
     "template sets spec.subdomain and a headless Service of that name exists; a JobSet's pods "

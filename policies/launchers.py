@@ -368,7 +368,8 @@ def _trains_itself(container: dict[str, Any]) -> bool:
 
 @pod_rule(
     id="mpi-worker-command",
-    severity=WARNING,
+    severity=ERROR,
+    source="https://github.com/kubeflow/mpi-operator/blob/v0.8.0/pkg/controller/mpi_job_controller.go#L1502-L1505",
     title="MPI workers wait for the launcher instead of training on their own",
     why="mpirun on the launcher starts every rank in the workers: the Training Operator's "
     "MPIJob v1 through kubectl exec into a worker that only sleeps (it replaces an empty "

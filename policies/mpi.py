@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from trainops.model import WARNING, Document
+from trainops.model import ERROR, WARNING, Document
 from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import PodTemplate, argv, dicts, env_of, is_int, mapping
 
@@ -181,7 +181,11 @@ def launcher_as_worker(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="mpi-ssh-auth-path",
-    severity=WARNING,
+    severity=ERROR,
+    source=(
+        "https://github.com/kubeflow/mpi-operator/blob/v0.8.0/pkg/apis/kubeflow/v2beta1/default.go#L66",
+        "https://github.com/openssh/openssh-portable/blob/V_9_9_P1/sshd_config",
+    ),
     title="SSH keys are mounted in the home of the user the MPI containers run as",
     why="The MPI Operator and Trainer v2 mount the job's SSH keys at sshAuthMountPath "
     "(default /root/.ssh); ssh on the launcher and sshd on the workers look in the home of "
