@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from tests.support import REPO
 from trainops.doctor import nccl_tests
-from trainops.doctor.analysis import UNRECOGNISED
+from trainops.doctor import catalog as messages
+from trainops.doctor.analysis import UNPROVEN, UNRECOGNISED
 from trainops.doctor.findings import CHECKS
 from trainops.doctor.job import NO_NCCL_EVIDENCE, POD_PROBLEMS, RESTARTS, UNSCHEDULABLE
 from trainops.rules import DOCTOR, catalog
@@ -12,6 +13,7 @@ from trainops.rules import DOCTOR, catalog
 
 def test_every_doctor_id_is_in_the_catalog_as_a_doctor_rule():
     ids = {c.info.id for c in CHECKS} | {UNRECOGNISED.id, RESTARTS.id, UNSCHEDULABLE.id}
+    ids |= {UNPROVEN.id} | set(messages.families())
     ids |= {NO_NCCL_EVIDENCE.id} | {rule.id for rule, _ in POD_PROBLEMS.values()}
     ids |= {
         info.id for info in vars(nccl_tests).values() if getattr(info, "category", None) == DOCTOR

@@ -5,7 +5,7 @@ docs/policies.md (every rule's id, severity, why, fix, the real manifests it fir
 and stays quiet on, policies/examples.yaml, and the failure modes it catches),
 docs/failure-modes.md (the catalog in policies/catalog/), the profile key
 table in docs/overlays.md and the doctor's findings in docs/runbook.md (between
-their GENERATED markers);
+their GENERATED markers), and docs/doctor-messages.md (the doctor's message catalog);
 `--check` only reports what is stale. tests/test_docs.py runs the check.
 """
 
@@ -316,6 +316,51 @@ def doctor_findings() -> str:
     return "\n".join(rows)
 
 
+def doctor_messages() -> str:
+    """The doctor's message catalog: per component, each message with what it raises."""
+    from trainops.doctor import catalog
+
+    entries = catalog.entries()
+    lines = [
+        "# The doctor's message catalog",
+        "",
+        "Generated from `tools/trainops/doctor/catalog/*.yaml` by `python -m trainops.docs`; "
+        "do not edit. Every message the doctor recognises by its source: each WARN and "
+        "user-facing INFO format of NCCL 2.18 on and of aws-ofi-nccl 1.14 on (read from every "
+        "release's sources by `scripts/extract-doctor-messages.py`), the error strings of "
+        "torch.distributed and torch.cuda, the CUDA error names and NVIDIA's Xid table. "
+        "Each raises the finding shown at the severity shown; `benign` lines are printed by "
+        "working systems and `evidence` lines are context (versions, transports, settings). "
+        "`trainops policies explain ID` explains a finding.",
+        "",
+    ]
+    counts = {c: sum(1 for e in entries if e.component == c) for c in catalog.COMPONENTS}
+    lines += [f"- {c}: {n} messages" for c, n in counts.items()] + [""]
+    for component in catalog.COMPONENTS:
+        chosen = sorted(
+            (e for e in entries if e.component == component),
+            key=lambda e: (e.finding, e.key),
+        )
+        if not chosen:
+            continue
+        lines += [f"## {component}", "", "| Message | Finding | Severity | Meaning | Source |"]
+        lines.append("|---|---|---|---|---|")
+        for e in chosen:
+            shown = e.key if component != "cuda" else f"{e.key}: {e.text}"
+            shown = " ".join(shown.split())
+            where = e.source.split("/blob/")[-1].split("#")[0] if "/blob/" in e.source else "doc"
+            cells = (
+                f"`{shown.replace('`', chr(39))}`",
+                f"`{e.finding}`",
+                e.severity,
+                e.meaning + (f" Fix: {e.fix}" if e.fix else ""),
+                f"[{where}]({e.source})",
+            )
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def splice(text: str, name: str, body: str) -> str:
     begin, end = BEGIN.format(name=name), END.format(name=name)
     head, found, rest = text.partition(begin)
@@ -337,6 +382,7 @@ def targets(root: Path) -> dict[Path, Callable[[str], str]]:
         root / "docs" / "runbook.md": lambda text: splice(
             text, "doctor findings", doctor_findings()
         ),
+        root / "docs" / "doctor-messages.md": lambda _: doctor_messages(),
     }
 
 

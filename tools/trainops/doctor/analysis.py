@@ -2,9 +2,11 @@
 attempt.
 
 Checks that explain a failure run first; secondary checks (symptoms that usually follow
-another failure) run only when nothing explained the attempt. A failed attempt that no
-check explains gets `failure-unrecognised`, which points at its first error line: the
-doctor never reports "no problems" for a job that failed.
+another failure, and the message catalog) run only when nothing explained the attempt. A
+failed attempt that no check explains gets `failure-unrecognised`, which points at its
+first error line, and so does an NCCL warning that neither a check nor the catalog knows.
+"No problems found" needs evidence that the job worked (`outcome_messages`); without it
+the doctor says what the logs lack (`outcome-unproven`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from trainops.doctor.findings import (
 from trainops.doctor.parse import parse
 from trainops.doctor.sources import Source
 from trainops.errors import InputError
-from trainops.model import ERROR
+from trainops.model import ERROR, WARNING
 from trainops.rules import RuleInfo, register
 
 NO_EVIDENCE = (
@@ -45,6 +47,22 @@ UNRECOGNISED = register(
         "The logs show the job failed but match none of the failure modes the doctor knows.",
         "Read the log around the first error line (and the same moment on the other ranks); "
         "rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV for NCCL's view.",
+        category=CATEGORY,
+    )
+)
+
+UNPROVEN = register(
+    RuleInfo(
+        "outcome-unproven",
+        ERROR,
+        "The logs show the job worked",
+        "A hang prints nothing, so logs without a failure line do not show a working job: the "
+        "doctor needs NCCL init completing and training progressing (a step with a loss), "
+        "torchrun's group finishing, NCCL destroying its communicators, or nccl-tests' "
+        "bandwidth summary.",
+        "If the job is still running or hung, collect its stacks (py-spy dump --pid, or "
+        "TORCH_NCCL_DUMP_ON_TIMEOUT=1 for a Flight Recorder dump) and the logs of every rank; "
+        "if it finished, collect the whole log (kubectl logs --tail=-1), not its first lines.",
         category=CATEGORY,
     )
 )
@@ -99,7 +117,22 @@ def _attempt(ctx: Context) -> list[DoctorFinding]:
             for result in item.run(ctx):
                 finding = materialise(item, result, ctx.attempt)
                 found.append(finding)
-                explained = explained or item.explains
+                explains = item.explains if result.explains is None else result.explains
+                explained = explained or explains
+    unknown = _unknown_warnings(ctx)
+    if not ctx.failed and not explained and unknown:
+        found.append(
+            DoctorFinding(
+                UNRECOGNISED.id,
+                ERROR,
+                f"NCCL warned on {who(unknown)} with a message the doctor does not know: "
+                f"{unknown[0].fields['message']}",
+                UNRECOGNISED.fix,
+                sorted({e.rank for e in unknown if e.rank is not None}),
+                evidence(unknown),
+                ctx.attempt,
+            )
+        )
     if ctx.failed and not explained:
         first = _first_error(ctx.events)
         found.append(
@@ -117,9 +150,44 @@ def _attempt(ctx: Context) -> list[DoctorFinding]:
     return found
 
 
+def _unknown_warnings(ctx: Context) -> list[Event]:
+    """NCCL warnings on lines the catalog does not know."""
+    known = {(e.source, e.line) for e in ctx.of(ev.CATALOGUED)}
+    return [e for e in ctx.of(ev.NCCL_WARN) if (e.source, e.line) not in known]
+
+
+def _unproven(ctx: Context) -> str | None:
+    """What the logs lack to show that this attempt worked, or None when they show it."""
+    if ctx.of(ev.FINISHED):
+        return None
+    started = [r for r in ctx.records if r.init_start]
+    complete = [r for r in started if r.init_complete]
+    progress = ctx.of(ev.PROGRESS)
+    if started and not complete:
+        return (
+            f"NCCL init started on {len(started)} process(es) and none logged its completion: "
+            "init hangs, or the logs end before it completes"
+        )
+    if started and len(complete) < len(started):
+        return (
+            f"NCCL init completed on {len(complete)} of {len(started)} processes and the others "
+            "never logged its completion"
+        )
+    if progress:
+        return None
+    if complete:
+        return (
+            f"NCCL init completed on {len(complete)} process(es), and no training step, exit or "
+            "teardown line follows: the job hangs after init, or the logs were cut"
+        )
+    return (
+        "no line shows the job working: no NCCL init, no training step, no successful exit"
+    )
+
+
 def diagnose(sources: Iterable[Source], expectation: Expectation) -> Diagnosis:
     events = parse(sources)
-    if not events:
+    if all(e.kind == ev.PROGRESS for e in events):
         raise InputError(NO_EVIDENCE)
     recs = records(events)
     for record in recs:
@@ -145,6 +213,21 @@ def diagnose(sources: Iterable[Source], expectation: Expectation) -> Diagnosis:
             failed=failed(chosen),
         )
         any_failed = any_failed or ctx.failed
-        findings += _attempt(ctx)
+        found = _attempt(ctx)
+        last = attempt == attempts[-1]
+        quiet = not any(f.severity in (ERROR, WARNING) for f in found)
+        if last and quiet and not ctx.failed and (lacking := _unproven(ctx)):
+            found.append(
+                DoctorFinding(
+                    UNPROVEN.id,
+                    ERROR,
+                    f"the logs show no failure, but nothing shows the job worked either: {lacking}",
+                    UNPROVEN.fix,
+                    [],
+                    evidence(ctx.events[-1:]),
+                    attempt,
+                )
+            )
+        findings += found
     findings.sort(key=lambda f: (f.attempt or 0, SEVERITY_ORDER[f.severity]))
     return Diagnosis(recs, findings, any_failed, attempts)

@@ -72,6 +72,13 @@ XID = "xid"  # code, pci, detail
 OFF_BUS = "gpu-off-bus"  # pci
 GPU_INIT = "gpu-init-failed"  # detail
 
+# What shows the job worked (`outcome_messages`)
+FINISHED = "finished"  # torchrun's group succeeded, NCCL destroyed a communicator, nccl-tests summary
+PROGRESS = "progress"  # step (a training step with a loss)
+
+# The message catalog (`catalog`): a line printed from a catalogued message
+CATALOGUED = "catalogued"  # entry
+
 # Restart boundaries
 RESTART = "restart"
 

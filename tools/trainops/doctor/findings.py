@@ -43,6 +43,8 @@ class Found:
     fix: str | None = None
     severity: str | None = None
     ranks: Iterable[int] = ()
+    rule: str | None = None  # a finding of another id than the check's (the catalog's families)
+    explains: bool | None = None  # whether it names the cause; default: the check's
 
 
 @dataclass
@@ -142,7 +144,7 @@ def materialise(item: Check, found: Found, attempt: int) -> DoctorFinding:
     events = list(found.events)
     ranks = set(found.ranks) | {e.rank for e in events if e.rank is not None}
     return DoctorFinding(
-        rule=item.info.id,
+        rule=found.rule or item.info.id,
         severity=found.severity or item.info.severity,
         message=found.message,
         fix=found.fix or item.info.fix,

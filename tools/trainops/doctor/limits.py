@@ -35,6 +35,11 @@ class Budget:
 USAGE = Budget()
 
 
+def literal(text: str) -> str:
+    """`text` as a pattern that matches it exactly (for patterns built from formats)."""
+    return re.escape(text)
+
+
 class Pattern:
     """A compiled pattern that only ever looks at `MAX_WINDOW` characters of a line."""
 
@@ -54,6 +59,9 @@ class Pattern:
     def search(self, text: str, start: int = 0) -> re.Match[str] | None:
         """Anywhere in the window that begins at `start`."""
         return self._compiled.search(self._window(text, start))
+
+    def finditer(self, text: str, start: int = 0):
+        return self._compiled.finditer(self._window(text, start))
 
     def findall(self, text: str, start: int = 0) -> list:
         return self._compiled.findall(self._window(text, start))

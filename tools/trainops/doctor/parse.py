@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from trainops.doctor import catalog
 from trainops.doctor import events as ev
 from trainops.doctor import (
     flight_recorder,
     launcher_messages,
     nccl_messages,
     node_messages,
+    outcome_messages,
     torch_messages,
 )
 from trainops.doctor.events import Event, ProcessKey
@@ -30,6 +32,16 @@ PREVIOUS = "(previous)"
 TEXT_LIMIT = 300
 _ONCE_PER_PROCESS = (ev.DRIVER, ev.BOOTSTRAP_IFS)
 _RESTART_MARKERS = ("will restart worker group", "Restarting worker group")
+# A line without NCCL's header is looked up in the catalog only when it carries one of these:
+# every catalogued message that can appear without the header does, and the rest of a
+# training log (progress, data loading) is not probed.
+# Facts that say only that a line reports something: the catalog may know what.
+_UNEXPLAINED = frozenset({ev.NCCL_WARN, ev.EXCEPTION})
+_CATALOG_CUES = (
+    "NCCL", "NET/", "Error", "error", "ERROR", "fail", "Fail", "FAIL", "CUDA", "cuda", "Cuda",
+    "Xid", "WARN", "Warn", "timed out", "Timed out", "Timeout", "timeout", "refused", "denied",
+    "unable", "Unable", "cannot", "Cannot", "not found", "invalid", "Invalid", "mismatch",
+)
 
 
 def _key(event: Event) -> tuple:
@@ -80,6 +92,13 @@ def _stream(source: LogStream) -> Iterator[Event]:
             facts = nccl_messages.read(header.message if header else text.strip(), header)
         if header is None and launcher is None:
             facts += torch_messages.read(text.strip()) + node_messages.read(text)
+        facts += outcome_messages.read(text)
+        message = header.message if header else text.strip()
+        understood = any(kind not in _UNEXPLAINED for kind, _ in facts)
+        if not understood and (header is not None or any(c in message for c in _CATALOG_CUES)):
+            entry = catalog.lookup(message)
+            if entry is not None:
+                facts.append((ev.CATALOGUED, {"entry": entry}))
         if any(marker in text for marker in _RESTART_MARKERS):
             attempt += 1
             once.clear()

@@ -6,6 +6,7 @@ rdma: verbs errors, memory registration, network plugins, GPUDirect.
 node: GPUs and their node (Xid, ECC, CUDA, NVSwitch, shared memory, P2P, topology).
 job: the program (timeouts, stragglers, mismatched collectives, killed ranks).
 config: NCCL settings that override NCCL's own choices, versions across ranks.
+catalog: any other message the message catalog knows (its meaning, fix and finding).
 """
 
-from trainops.doctor.checks import config, job, network, node, rdma, setup  # noqa: F401
+from trainops.doctor.checks import catalog, config, job, network, node, rdma, setup  # noqa: F401

@@ -323,19 +323,3 @@ def interface_mismatch(ctx: Context) -> Iterator[Found]:
             ranks=[r.rank] if r.rank is not None else [],
             fix=fix + ".",
         )
-
-
-@check(
-    "nccl-warning",
-    INFO,
-    "NCCL warnings the doctor does not interpret",
-    "NCCL's warning text is shown as it is when no check recognises it.",
-    "Read the warning in context (`--format json` lists each rank's).",
-    explains=False,
-)
-def nccl_warnings(ctx: Context) -> Iterator[Found]:
-    by_text = defaultdict(list)
-    for event in ctx.of(ev.NCCL_WARN):
-        by_text[event.fields["message"]].append(event)
-    for text, events in by_text.items():
-        yield Found(f"NCCL WARN on {who(events)}: {text}", events)

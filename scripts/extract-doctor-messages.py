@@ -1,0 +1,189 @@
+"""Extract the message formats of NCCL and aws-ofi-nccl from their sources, at every release.
+
+A maintainer's tool, run when a new release is supported (`make doctor-catalog`): it reads
+each release tag of a local git clone with `git grep` and `git show`, finds every
+`WARN(...)` and `INFO(flags, ...)` call, resolves the format string (concatenated literals,
+`PRIu64`-style macros) and writes one record per distinct format with the newest release
+that prints it, the file and line there, and the first release. The catalog
+(`<component>.yaml` beside this module) keeps meaning, fix and finding per format; this
+tool only refreshes what the sources say, and `--merge` keeps what people wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+_MACROS = {
+    "PRIu64": "lu", "PRId64": "ld", "PRIx64": "lx", "PRIX64": "lX", "PRIi64": "li",
+    "PRIu32": "u", "PRId32": "d", "PRIx32": "x", "PRIu16": "u", "PRIu8": "u",
+    "PRIxPTR": "lx", "PRIuPTR": "lu",
+}
+_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "'": "'", "0": ""}
+_MAX_CALL = 4000
+# An INFO format is user-facing when it reports a decision or a problem: a fallback, a
+# disabled feature, a value read from the environment, the version, the transport chosen.
+# The rest (topology dumps, per-channel detail) is context the parsers read without a catalog.
+USER_FACING_INFO = re.compile(
+    r"fail|error|unable|cannot|can't|could not|couldn't|not |disabl|fallback|falling|fall back"
+    r"|ignor|invalid|mismatch|timeout|timed out|retry|abort|skip|unsupported|no \w+ found"
+    r"|warning|deprecated|too many|too large|too small|exceed|limit|Using network|NET/Plugin"
+    r"|version|Init COMPLETE|via NET|via P2P|via SHM|set by environment|set to",
+    re.IGNORECASE,
+)
+
+
+COMPONENTS = {
+    # component: (repository URL, first minor release, source roots, WARN macro, INFO macro,
+    # the text the macro puts before the format)
+    "nccl": ("https://github.com/NVIDIA/nccl", (2, 18), ("src",), "WARN", "INFO", ""),
+    "aws-ofi-nccl": (
+        "https://github.com/aws/aws-ofi-nccl", (1, 14), ("src", "include"),
+        "NCCL_OFI_WARN", "NCCL_OFI_INFO", "NET/OFI ",
+    ),
+}
+
+
+def _tags(repo: Path, first: tuple[int, int]) -> list[str]:
+    out = subprocess.run(
+        ["git", "-C", str(repo), "tag"], capture_output=True, text=True, check=True
+    ).stdout.split()
+
+    def version(tag: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in re.findall(r"\d+", tag))
+
+    chosen = [t for t in out if re.fullmatch(r"v\d+\.\d+\.\d+(-\d+|-aws)?", t)]
+    chosen = [t for t in chosen if version(t)[:2] >= first]
+    return sorted(chosen, key=version)
+
+
+def _arguments(text: str, start: int) -> list[str] | None:
+    """The top-level arguments of the call whose `(` is at `start`, or None if unbalanced."""
+    depth, current, args, index = 0, [], [], start
+    in_string = None
+    while index < min(len(text), start + _MAX_CALL):
+        char = text[index]
+        if in_string:
+            current.append(char)
+            if char == "\\":
+                current.append(text[index + 1])
+                index += 1
+            elif char == in_string:
+                in_string = None
+        elif char in "\"'":
+            in_string = char
+            current.append(char)
+        elif char == "(":
+            depth += 1
+            if depth > 1:
+                current.append(char)
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                args.append("".join(current).strip())
+                return args
+            current.append(char)
+        elif char == "," and depth == 1:
+            args.append("".join(current).strip())
+            current = []
+        else:
+            current.append(char)
+        index += 1
+    return None
+
+
+def format_string(expression: str) -> str | None:
+    """Concatenated C string literals and PRI macros -> the format; None if not a literal."""
+    parts, index = [], 0
+    expression = expression.strip()
+    while index < len(expression):
+        char = expression[index]
+        if char.isspace():
+            index += 1
+        elif char == '"':
+            index += 1
+            while index < len(expression) and expression[index] != '"':
+                if expression[index] == "\\" and index + 1 < len(expression):
+                    parts.append(_ESCAPES.get(expression[index + 1], expression[index + 1]))
+                    index += 2
+                else:
+                    parts.append(expression[index])
+                    index += 1
+            index += 1
+        else:
+            word = re.match(r"[A-Za-z_]\w*", expression[index:])
+            if not word or word.group(0) not in _MACROS:
+                return None
+            parts.append(_MACROS[word.group(0)])
+            index += len(word.group(0))
+    return "".join(parts) if parts else None
+
+
+def _calls(source: str, call: re.Pattern, warn: str):
+    """(level, flags, format, line) of every WARN/INFO call in one file."""
+    for found in call.finditer(source):
+        before = source[max(0, found.start() - 8) : found.start()]
+        if before.endswith(("define ", "_")):
+            continue
+        args = _arguments(source, found.end() - 1)
+        if not args:
+            continue
+        level = "WARN" if found.group(1) == warn else "INFO"
+        flags, fmt_arg = (None, args[0]) if level == "WARN" else (args[0], args[1] if len(args) > 1 else "")
+        fmt = format_string(fmt_arg)
+        if fmt is None:
+            continue
+        yield level, flags, fmt, source.count("\n", 0, found.start()) + 1
+
+
+def extract(repo: Path, component: str) -> list[dict]:
+    url, first, roots, warn, info, prefix = COMPONENTS[component]
+    call = re.compile(rf"\b({warn}|{info})\s*\(")
+    records: dict[tuple[str, str], dict] = {}
+    for tag in _tags(repo, first):
+        listing = subprocess.run(
+            ["git", "-C", str(repo), "grep", "-l", "-E", rf"\b({warn}|{info})\s*\(", tag, "--", *roots],
+            capture_output=True, text=True,
+        ).stdout.split()
+        for entry in listing:
+            path = entry.split(":", 1)[1]
+            if not path.endswith((".c", ".cc", ".cu", ".h", ".cpp", ".hpp")):
+                continue
+            source = subprocess.run(
+                ["git", "-C", str(repo), "show", f"{tag}:{path}"],
+                capture_output=True, text=True, errors="replace",
+            ).stdout
+            for level, flags, fmt, line in _calls(source, call, warn):
+                if level == "INFO" and not USER_FACING_INFO.search(fmt):
+                    continue
+                fmt = prefix + fmt
+                record = records.setdefault(
+                    (level, fmt),
+                    {"level": level, "format": fmt, "first": tag},
+                )
+                record["last"] = tag
+                record["source"] = f"{url}/blob/{tag}/{path}#L{line}"
+                if flags:
+                    record["subsystem"] = flags.replace("NCCL_", "").replace(" ", "")
+    return sorted(records.values(), key=lambda r: (r["source"].split("#")[0], r["format"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("repo", type=Path, help="a git clone of the component, with its tags")
+    parser.add_argument("--component", choices=sorted(COMPONENTS), required=True)
+    parser.add_argument("--out", type=Path, required=True, help="the raw records (YAML) to write")
+    args = parser.parse_args(argv)
+    rows = extract(args.repo, args.component)
+    args.out.write_text(yaml.safe_dump(rows, sort_keys=False, allow_unicode=True, width=1000))
+    print(f"{len(rows)} formats -> {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
