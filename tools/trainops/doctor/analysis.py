@@ -77,10 +77,11 @@ class Diagnosis:
 
 
 def failed(events: list[Event]) -> bool:
-    """Did this attempt fail? An NCCL warning counts only when NCCL also unwound an error."""
+    """Did this attempt fail? An NCCL warning (or an RDMA device's async event) counts only
+    when NCCL also unwound an error."""
     unwound = {e.process for e in events if e.kind == ev.ERROR_TRAIL}
     for event in events:
-        if event.kind == ev.NCCL_WARN:
+        if event.kind in (ev.NCCL_WARN, ev.IB_ASYNC):
             if event.process in unwound:
                 return True
         elif event.kind == ev.SOCKET_CONNECT and event.fields.get("retrying"):

@@ -89,6 +89,7 @@ FAILURE_KINDS = frozenset(
         IB_COMPLETION,
         IBV_CALL,
         IB_OPEN,
+        IB_ASYNC,
         OFI,
         SOCKET_CONNECT,
         NO_INTERFACE,

@@ -7,7 +7,8 @@ dropped the escape character) and Markdown quotes. `clean` removes them and keep
 rank or pod they name.
 
 NCCL writes `host:pid:tid [dev] NCCL INFO msg`, with `file:line` before the level on
-warnings (`host:pid:tid [dev] transport/net_ib.cc:1295 NCCL WARN msg`), an optional
+warnings (`host:pid:tid [dev] transport/net_ib.cc:1295 NCCL WARN msg`, and the function
+after it from 2.28: `net_ib.cc:1295 (ncclIbInit) NCCL WARN`), an optional
 timestamp first, and pastes often drop everything before the level; NCCL 2.2-2.3 wrote
 the level without `NCCL`. `nccl_header` finds the level with `str.find` and reads the
 few tokens before it from the right, so no pattern ever scans a whole line.
@@ -127,7 +128,9 @@ def nccl_header(text: str) -> NcclHeader | None:
         return None
     at, message_start, level = found
     header = NcclHeader(level=level, message=text[message_start:].strip())
-    tokens = text[max(0, at - 512) : at].split()[-4:]
+    tokens = text[max(0, at - 512) : at].split()[-5:]
+    if tokens and tokens[-1].startswith("(") and tokens[-1].endswith(")"):
+        tokens.pop()  # 2.28 on: the function after file:line, `net_ib.cc:92 (ncclIbInit)`
     if tokens and _is_location(tokens[-1]):
         header.location = tokens.pop()
     if tokens and tokens[-1].startswith("[") and tokens[-1].endswith("]"):

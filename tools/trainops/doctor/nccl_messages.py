@@ -215,7 +215,11 @@ def _gpu(message: str, location: str | None) -> list[tuple[str, dict]]:
         return [(ev.CUDA_FAILURE, {"code": code, "error": m.group(3), "location": where})]
     if "Mismatched collective detected" in message:
         return [(ev.MISMATCH, {"ranks": [], "ops": [], "detail": message})]
-    if "bytes instead of" in message and (m := _TRUNCATED.match(message)):
+    # The bootstrap's "Message truncated : received" is ranks disagreeing on the bootstrap's
+    # own messages (NCCL versions that differ), which the catalog names; only the socket
+    # transport's "message truncated : receiving" is a collective of different sizes.
+    bootstrap = "Message truncated : received" in message
+    if "bytes instead of" in message and not bootstrap and (m := _TRUNCATED.match(message)):
         detail = f"received {m.group(1)} bytes where {m.group(2)} were expected"
         return [(ev.MISMATCH, {"ranks": [], "ops": [], "detail": detail})]
     for marker, kind in _TOPOLOGY:

@@ -35,8 +35,9 @@ _RESTART_MARKERS = ("will restart worker group", "Restarting worker group")
 # A line without NCCL's header is looked up in the catalog only when it carries one of these:
 # every catalogued message that can appear without the header does, and the rest of a
 # training log (progress, data loading) is not probed.
-# Facts that say only that a line reports something: the catalog may know what.
-_UNEXPLAINED = frozenset({ev.NCCL_WARN, ev.EXCEPTION})
+# Facts that say only that a line reports something, or that no check reads: the catalog
+# may know what the line means.
+_UNEXPLAINED = frozenset({ev.NCCL_WARN, ev.EXCEPTION, ev.IB_ASYNC, ev.TESTS_FAILURE})
 _CATALOG_CUES = (
     "NCCL", "NET/", "Error", "error", "ERROR", "fail", "Fail", "FAIL", "CUDA", "cuda", "Cuda",
     "Xid", "WARN", "Warn", "timed out", "Timed out", "Timeout", "timeout", "refused", "denied",

@@ -11,9 +11,10 @@ One YAML file per component beside this module:
 - `families.yaml`: the findings the catalog raises that no check of the doctor declares.
 
 `lookup(text)` finds the entry a message was printed from. Each printf format becomes a
-pattern, indexed by its anchor: the longest pair of adjacent words the format always prints.
-A line costs one dictionary probe per word, not one pattern per entry; the few entries that
-share an anchor are then tried in order of how much fixed text they carry.
+pattern, indexed by its anchor: of the pairs of adjacent words the format always prints,
+the one fewest other formats print. A line costs two dictionary probes per word, not one
+pattern per entry; the few formats found are tried in order of how much fixed text they
+carry, at most `MAX_TRIES` of them.
 """
 
 from __future__ import annotations
@@ -100,9 +101,10 @@ def _literal_words(literal: str, glued_left: bool, glued_right: bool) -> list[st
     return words
 
 
-def compile_format(fmt: str) -> tuple[Pattern, tuple[str, ...] | None, int]:
-    """A printf format -> (pattern, anchor words or None, characters of fixed text)."""
-    fmt = fmt.strip()
+def compile_format(fmt: str, within: str = "") -> tuple[Pattern, list[tuple[str, ...]], int]:
+    """A printf format -> (pattern, the word pairs it always prints, characters of fixed text);
+    `within` is a pattern the line must show before the message."""
+    fmt = " ".join(fmt.split())  # a run of whitespace matches any run (see below)
     parts: list[tuple[bool, str]] = []  # (is a value, pattern)
     pieces: list[tuple[str, bool, bool]] = []  # fixed text, glued to a value left / right
     position = 0
@@ -131,16 +133,12 @@ def compile_format(fmt: str) -> tuple[Pattern, tuple[str, ...] | None, int]:
     # Whitespace in a format matches any run of whitespace: pastes re-wrap and re-indent.
     pattern = "".join(p for _, p in parts).replace(r"\ ", r"\s+").replace("\\\n", r"\s+")
     fixed = sum(len(literal.strip()) for literal, _, _ in pieces)
-    best: tuple[str, ...] | None = None
+    anchors = []
     for literal, glued_left, glued_right in pieces:
         words = _literal_words(literal, glued_left, glued_right)
-        for index in range(len(words)):
-            candidate = tuple(words[index : index + 2])
-            if best is None or sum(map(len, candidate)) > sum(map(len, best)):
-                best = candidate
-    if best is not None and sum(map(len, best)) < 6:
-        best = None
-    return Pattern(pattern), best, fixed
+        anchors += [tuple(words[i : i + 2]) for i in range(len(words))]
+    anchors = [a for a in anchors if sum(map(len, a)) >= 6]
+    return Pattern(within + pattern), anchors, fixed
 
 
 def _entries_of(component: str, rows: list[dict]) -> Iterable[Entry]:
@@ -201,34 +199,45 @@ class Index:
     xids: dict[int, Entry]
 
 
-def formats_of(entry: Entry) -> list[str]:
-    """What the line shows: the format; for a CUDA error its name and its string."""
+# CUDA's error strings are plain English ("invalid argument", "out of memory"): they name a
+# CUDA error only on a line that says CUDA (or NCCL, which prints them) before them.
+_CUDA_CONTEXT = r"(?i:cuda|nccl|cu[a-z]+\(|torch).{0,300}?"
+
+
+def formats_of(entry: Entry) -> list[tuple[str, str]]:
+    """(format, what must precede it): the format; for a CUDA error its name and its string."""
     if entry.component == "cuda":
-        return [entry.key] + ([entry.text.replace("%", "%%")] if entry.text else [])
-    return [entry.key]
+        shown = [(entry.key, "")]
+        return shown + ([(entry.text.replace("%", "%%"), _CUDA_CONTEXT)] if entry.text else [])
+    return [(entry.key, "")]
 
 
 @functools.cache
 def index() -> Index:
-    by_anchor: dict[tuple[str, ...], list[_Matcher]] = {}
-    unanchored: list[Entry] = []
+    """Each format under its rarest anchor, so that few formats share a bucket."""
+    compiled: list[tuple[Entry, Pattern, list[tuple[str, ...]], int]] = []
     xids: dict[int, Entry] = {}
+    frequency: dict[tuple[str, ...], int] = {}
     for entry in entries():
         if entry.component == "xid":
             xids[int(entry.key)] = entry
             continue
-        anchored = False
-        for fmt in formats_of(entry):
-            pattern, anchor, fixed = compile_format(fmt)
-            if anchor is None and entry.component == "cuda" and len(fmt) >= 6:
-                anchor = (fmt,)  # an error name is one word
-            if anchor is not None:
-                by_anchor.setdefault(anchor, []).append(_Matcher(entry, pattern, fixed))
-                anchored = True
-        if not anchored:
-            unanchored.append(entry)
+        for fmt, within in formats_of(entry):
+            pattern, anchors, fixed = compile_format(fmt, within)
+            compiled.append((entry, pattern, anchors, fixed))
+            for anchor in set(anchors):
+                frequency[anchor] = frequency.get(anchor, 0) + 1
+    by_anchor: dict[tuple[str, ...], list[_Matcher]] = {}
+    anchored: set[Entry] = set()
+    for entry, pattern, anchors, fixed in compiled:
+        if not anchors:
+            continue
+        anchor = min(anchors, key=lambda a: (frequency[a], -sum(map(len, a))))
+        by_anchor.setdefault(anchor, []).append(_Matcher(entry, pattern, fixed))
+        anchored.add(entry)
     for matchers in by_anchor.values():
         matchers.sort(key=lambda m: -m.fixed)
+    unanchored = [e for e in entries() if e.component != "xid" and e not in anchored]
     return Index(by_anchor, unanchored, xids)
 
 
@@ -238,24 +247,20 @@ def xid(code: int) -> Entry | None:
 
 
 def lookup(text: str) -> Entry | None:
-    """The catalogued message `text` (a line without collection prefixes) was printed from."""
+    """The catalogued message `text` (a line without collection prefixes) was printed from:
+    of the formats whose anchor the line holds, the one with the most fixed text that
+    matches."""
     text = text[:MAX_TEXT]
     words = text.split(None, MAX_WORDS)[:MAX_WORDS]
     table = index().by_anchor
-    best: _Matcher | None = None
-    tried: set[tuple[str, ...]] = set()
-    budget = MAX_TRIES
+    candidates: dict[int, _Matcher] = {}
     for position, word in enumerate(words):
         pair = (word, words[position + 1]) if position + 1 < len(words) else None
         for anchor in (pair, (word,)):
-            if anchor is None or anchor in tried or anchor not in table:
-                continue
-            tried.add(anchor)
-            for matcher in table[anchor]:
-                if budget == 0 or (best is not None and matcher.fixed <= best.fixed):
-                    break
-                budget -= 1
-                if matcher.pattern.search(text):
-                    best = matcher
-                    break
-    return best.entry if best else None
+            for matcher in table.get(anchor, ()) if anchor else ():
+                candidates[id(matcher)] = matcher
+    ranked = sorted(candidates.values(), key=lambda m: -m.fixed)
+    for matcher in ranked[:MAX_TRIES]:
+        if matcher.pattern.search(text):
+            return matcher.entry
+    return None

@@ -1,0 +1,141 @@
+"""The doctor's message catalog: every message, printed as its component prints it, is
+recognised; every entry is sourced, classified and documented."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.support import REPO
+from trainops.doctor import analysis, catalog, parse  # noqa: F401 - analysis fills the rules
+from trainops.doctor import events as ev
+from trainops.doctor.lines import clean, nccl_header
+from trainops.doctor.sources import memory_stream
+from trainops.rules import DOCTOR
+from trainops.rules import catalog as rules
+
+# A value for each printf conversion, as a real log would show it.
+_VALUES = {
+    "d": "3", "i": "3", "u": "7", "o": "7", "x": "1f", "X": "1F", "e": "1.5", "f": "1.5",
+    "g": "1.5", "a": "1", "c": "z", "s": "mlx5_0", "p": "0x7f3a10", "n": "",
+}
+_CONVERSION = re.compile(
+    r"%[-+ #0']*(?:\*|\d+)?(?:\.(?:\*|\d+))?(?:hh|h|ll|l|z|j|t|L|q)?([diouxXeEfgGaAcspn%])"
+)
+
+
+def printed(fmt: str) -> str:
+    return _CONVERSION.sub(lambda m: "%" if m.group(1) == "%" else _VALUES[m.group(1)], fmt)
+
+
+def as_nccl_prints(entry: catalog.Entry, style: int) -> str:
+    """The whole line, in the header forms NCCL 2.18-2.30 and its plugins use."""
+    message = " ".join(printed(entry.key).split())
+    if entry.level == "INFO":
+        return f"node-3:4211:4388 [5] NCCL INFO {message}"
+    if style == 0:  # 2.18-2.27: file:line before the level
+        return f"node-3:4211:4388 [5] transport/net_ib.cc:1295 NCCL WARN {message}"
+    return f"node-3:4211:4388 [5] misc/socket.cc:601 (ncclSocketConnect) NCCL WARN {message}"
+
+
+def _same_text(a: catalog.Entry, b: catalog.Entry) -> bool:
+    """Two formats that print the same text cannot be told apart by any reader."""
+    pattern, _, _ = catalog.compile_format(b.key)
+    return pattern.search(" ".join(printed(a.key).split())) is not None
+
+
+LINE_ENTRIES = [e for e in catalog.entries() if e.component in ("nccl", "aws-ofi-nccl")]
+
+
+@pytest.mark.parametrize("style", [0, 1], ids=["file-line", "file-line-function"])
+def test_every_nccl_and_plugin_message_printed_with_its_header_is_recognised(style):
+    missed = []
+    for entry in LINE_ENTRIES:
+        if entry in catalog.index().unanchored:
+            continue
+        line = clean(as_nccl_prints(entry, style))
+        header = nccl_header(line.text)
+        assert header is not None and header.level == entry.level, line.text
+        assert header.host == "node-3" and header.device == 5, line.text
+        found = catalog.lookup(header.message)
+        if found is None or (found != entry and not _same_text(entry, found)):
+            missed.append((entry.key, found and found.key))
+    assert not missed, missed[:10]
+
+
+def test_a_pasted_message_without_its_header_is_recognised():
+    missed = [
+        e.key
+        for e in LINE_ENTRIES
+        if e not in catalog.index().unanchored
+        and catalog.lookup("> " + printed(e.key)) is None
+    ]
+    assert not missed, missed[:10]
+
+
+def test_only_formats_without_fixed_words_are_unanchored():
+    for entry in catalog.index().unanchored:
+        words = [w for w in _CONVERSION.sub(" ", entry.key).split() if len(w) >= 3]
+        assert len("".join(words)) < 6, entry.key
+
+
+def test_every_entry_is_sourced_at_a_release_and_classified():
+    known = set(rules())
+    for entry in catalog.entries():
+        assert entry.severity in catalog.SEVERITIES, entry
+        assert entry.meaning.strip(), entry
+        assert re.match(r"https://", entry.source), entry
+        if entry.component in ("nccl", "aws-ofi-nccl", "torch"):
+            assert re.search(r"/blob/(v[\d.]+[-\w]*|[0-9a-f]{40})/", entry.source), entry
+        if entry.reported:
+            assert entry.finding in known and rules()[entry.finding].category == DOCTOR, entry
+
+
+def test_the_catalog_covers_both_components_across_the_supported_releases():
+    nccl = [e for e in catalog.entries() if e.component == "nccl"]
+    warns = [e for e in nccl if e.level == "WARN"]
+    assert len(warns) >= 800
+    firsts = {e.first for e in nccl}
+    lasts = {e.last for e in nccl}
+    assert "v2.18.1-1" in firsts and "v2.30.7-1" in lasts
+    assert sum(1 for e in catalog.entries() if e.component == "aws-ofi-nccl") >= 700
+
+
+def test_a_catalogued_warning_names_its_finding_with_meaning_and_source(trainops, tmp_path):
+    """A message only the catalog knows: NCCL's IB async port error, then an error trail."""
+    log = tmp_path / "rank3.log"
+    log.write_text(
+        "node-3:4211:4388 [5] NCCL INFO comm 0x1 rank 3 nranks 8 cudaDev 5 busId 1000 - "
+        "Init START\n"
+        "node-3:4211:4390 [5] transport/net_ib.cc:92 NCCL WARN NET/IB : mlx5_2:1 Got async "
+        "event : port error\n"
+        "node-3:4211:4388 [5] NCCL INFO transport/net_ib.cc:1108 -> 6\n"
+    )
+    entry = catalog.lookup("NET/IB : mlx5_2:1 Got async event : port error")
+    assert entry is not None and entry.finding == "ib-async-event"
+    run = trainops("doctor", "nccl", str(log))
+    assert run.code == 1 and "no problems found" not in run.out
+    assert "[ib-async-event]" in run.out and entry.source in run.out
+
+
+def test_catalogued_lines_become_events_only_where_no_parser_understood_them():
+    lines = [
+        "h:1:2 [0] NCCL INFO NET/IB : No device found.",
+        "h:1:2 [0] transport/net_ib.cc:92 NCCL WARN NET/IB : mlx5_2:1 Got async event : "
+        "port error",
+        "h:1:2 [0] misc/strongstream.cc:1 NCCL WARN Cuda failure 'invalid argument'",
+    ]
+    events = parse.parse([memory_stream("log", lines)])
+    catalogued = {e.line for e in events if e.kind == ev.CATALOGUED}
+    skipped = parse._UNEXPLAINED | {ev.CATALOGUED}
+    understood = {e.line for e in events if e.kind not in skipped}
+    assert catalogued == {2} and understood == {1, 3}
+
+
+def test_families_are_documented_in_the_runbook_and_the_catalog_page():
+    runbook = (REPO / "docs" / "runbook.md").read_text()
+    page = (REPO / "docs" / "doctor-messages.md").read_text()
+    for family in catalog.families():
+        assert f"| `{family}` |" in runbook
+        assert f"`{family}`" in page
