@@ -91,8 +91,9 @@ class Answer:
 
     def wrong(self, case: Case) -> list[tuple[str, str]]:
         """Error or warning findings that are neither the cause nor listed as true; the
-        doctor saying it does not know (`failure-unrecognised`) is a miss, not wrong."""
-        allowed = {case.expect, "failure-unrecognised"} | case.also
+        doctor saying it does not know (`failure-unrecognised`) or that the logs do not show
+        the job worked (`outcome-unproven`) is a miss, not wrong."""
+        allowed = {case.expect, "failure-unrecognised", "outcome-unproven"} | case.also
         return [(rule, message) for rule, message in self.serious if rule not in allowed]
 
 

@@ -32,7 +32,7 @@ from trainops.doctor.findings import (
 from trainops.doctor.parse import parse
 from trainops.doctor.sources import Source
 from trainops.errors import InputError
-from trainops.model import ERROR, WARNING
+from trainops.model import ERROR
 from trainops.rules import RuleInfo, register
 
 NO_EVIDENCE = (
@@ -120,13 +120,13 @@ def _attempt(ctx: Context) -> list[DoctorFinding]:
                 found.append(finding)
                 explains = item.explains if result.explains is None else result.explains
                 explained = explained or explains
-    unknown = _unknown_warnings(ctx)
+    unknown = _unknown_errors(ctx)
     if not ctx.failed and not explained and unknown:
         found.append(
             DoctorFinding(
                 UNRECOGNISED.id,
                 ERROR,
-                f"NCCL warned on {who(unknown)} with a message the doctor does not know: "
+                f"{who(unknown[:1])} reports an error the doctor does not know: "
                 f"{unknown[0].fields['message']}",
                 UNRECOGNISED.fix,
                 sorted({e.rank for e in unknown if e.rank is not None}),
@@ -151,10 +151,10 @@ def _attempt(ctx: Context) -> list[DoctorFinding]:
     return found
 
 
-def _unknown_warnings(ctx: Context) -> list[Event]:
-    """NCCL warnings on lines the catalog does not know."""
+def _unknown_errors(ctx: Context) -> list[Event]:
+    """NCCL warnings the catalog does not know, and lines that report an error nobody knows."""
     known = {(e.source, e.line) for e in ctx.of(ev.CATALOGUED)}
-    return [e for e in ctx.of(ev.NCCL_WARN) if (e.source, e.line) not in known]
+    return [e for e in ctx.of(ev.NCCL_WARN, ev.ERROR_LINE) if (e.source, e.line) not in known]
 
 
 def _unproven(ctx: Context) -> str | None:
@@ -188,7 +188,7 @@ def _unproven(ctx: Context) -> str | None:
 
 def diagnose(sources: Iterable[Source], expectation: Expectation) -> Diagnosis:
     events = parse(sources)
-    if all(e.kind == ev.PROGRESS for e in events):
+    if all(e.kind == ev.PROGRESS for e in events):  # no line of the stacks the doctor reads
         raise InputError(NO_EVIDENCE)
     recs = records(events)
     for record in recs:
@@ -216,8 +216,8 @@ def diagnose(sources: Iterable[Source], expectation: Expectation) -> Diagnosis:
         any_failed = any_failed or ctx.failed
         found = _attempt(ctx)
         last = attempt == attempts[-1]
-        quiet = not any(f.severity in (ERROR, WARNING) for f in found)
-        if last and quiet and not ctx.failed and (lacking := _unproven(ctx)):
+        errors = any(f.severity == ERROR for f in found)
+        if last and not errors and not ctx.failed and (lacking := _unproven(ctx)):
             found.append(
                 DoctorFinding(
                     UNPROVEN.id,

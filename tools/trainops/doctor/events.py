@@ -79,6 +79,10 @@ PROGRESS = "progress"  # step (a training step with a loss)
 # The message catalog (`catalog`): a line printed from a catalogued message
 CATALOGUED = "catalogued"  # entry
 
+# Lines no parser and no catalog entry knows
+ERROR_LINE = "error-line"  # message (a line that reports an error: a traceback, `...Error:`)
+MENTION = "mention"  # (a line of NCCL, PyTorch, CUDA or launcher output)
+
 # Restart boundaries
 RESTART = "restart"
 

@@ -117,7 +117,7 @@ def read_runs(sources: Iterable[Source]) -> list[Run]:
                 else:
                     continue
             _read_line(current, text)
-    return [r for r in runs if r.busbw is not None or r.failures or r.wrong]
+    return [r for r in runs if r.busbw is not None or r.failures or r.wrong or r.ranks]
 
 
 def _read_line(run: Run, text: str) -> None:
@@ -187,6 +187,16 @@ SLOW_PAIR = _info(
     "switch path.",
     "Check the switch ports and cables between the two nodes (counters, link speed, routing).",
 )
+NO_RESULTS = _info(
+    "nccl-tests-no-results",
+    ERROR,
+    "nccl-tests prints a result for every run it starts",
+    "A run that listed its ranks and printed no result line and no failure hung in its first "
+    "collective (or its output was cut): nccl-tests prints a row per size as it measures.",
+    "Rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and read it with `trainops doctor "
+    "nccl`; a hang in the first collective is usually peer-to-peer or network traffic that "
+    "never arrives (PCIe ACS or the IOMMU on, a firewall, an interface other nodes cannot reach).",
+)
 SLOW_RUN = _info(
     "nccl-tests-slow-run",
     WARNING,
@@ -224,6 +234,16 @@ def analyse(runs: list[Run], min_busbw: float | None, fraction: float) -> list[T
         if run.failures:
             found.append(
                 _finding(FAILED, f"the run on {nodes} failed: {run.failures[0]}", [run], run.nodes)
+            )
+        elif run.busbw is None and not run.wrong and not run.summary:
+            found.append(
+                _finding(
+                    NO_RESULTS,
+                    f"the run on {nodes} listed {run.ranks} rank(s) and printed no result line "
+                    "and no failure: it hung (or its output was cut)",
+                    [run],
+                    run.nodes,
+                )
             )
         if run.wrong:
             found.append(

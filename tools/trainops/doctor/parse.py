@@ -45,6 +45,27 @@ _CATALOG_CUES = (
 )
 
 
+# A line that reports an error in words every stack uses, and a line that is output of the
+# stacks the doctor reads: neither is understood, but both say the log is the right one.
+_ERROR_WORDS = (
+    "Traceback (most recent call last)", "Error:", "ERROR", "error:", "Exception:",
+    "Segmentation fault", "core dumped", "Aborted", "Killed", "FATAL", "Fatal error",
+    "fatal error", " failed", "Failed to", "failed to",
+)
+_STACK_WORDS = (
+    "NCCL", "nccl", "torch", "c10d", "ProcessGroup", "gloo", "Gloo", "mpirun", "CUDA", "cuda",
+    "NET/", "deepspeed", "accelerate",
+)
+
+
+def _unknown(message: str) -> list[tuple[str, dict]]:
+    if any(word in message for word in _ERROR_WORDS):
+        return [(ev.ERROR_LINE, {"message": message[:TEXT_LIMIT]})]
+    if any(word in message for word in _STACK_WORDS):
+        return [(ev.MENTION, {})]
+    return []
+
+
 def _key(event: Event) -> tuple:
     """Facts kept per process: MAX_ITEMS of each kind, one per distinct channel path."""
     detail = event.fields.get("via") if event.kind == ev.CHANNEL else None
@@ -100,6 +121,8 @@ def _stream(source: LogStream) -> Iterator[Event]:
             entry = catalog.lookup(message)
             if entry is not None:
                 facts.append((ev.CATALOGUED, {"entry": entry}))
+        if not facts:
+            facts = _unknown(message)
         if any(marker in text for marker in _RESTART_MARKERS):
             attempt += 1
             once.clear()

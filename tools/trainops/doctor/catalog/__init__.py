@@ -197,6 +197,7 @@ class Index:
     by_anchor: dict[tuple[str, ...], list[_Matcher]]
     unanchored: list[Entry]  # formats with too little fixed text to be told apart
     xids: dict[int, Entry]
+    cuda: dict[str, Entry]  # CUDA errors by name and by their string, lower case
 
 
 # CUDA's error strings are plain English ("invalid argument", "out of memory"): they name a
@@ -217,11 +218,15 @@ def index() -> Index:
     """Each format under its rarest anchor, so that few formats share a bucket."""
     compiled: list[tuple[Entry, Pattern, list[tuple[str, ...]], int]] = []
     xids: dict[int, Entry] = {}
+    cuda: dict[str, Entry] = {}
     frequency: dict[tuple[str, ...], int] = {}
     for entry in entries():
         if entry.component == "xid":
             xids[int(entry.key)] = entry
             continue
+        if entry.component == "cuda":
+            cuda.setdefault(entry.key.lower(), entry)
+            cuda.setdefault(entry.text.lower(), entry)
         for fmt, within in formats_of(entry):
             pattern, anchors, fixed = compile_format(fmt, within)
             compiled.append((entry, pattern, anchors, fixed))
@@ -238,7 +243,12 @@ def index() -> Index:
     for matchers in by_anchor.values():
         matchers.sort(key=lambda m: -m.fixed)
     unanchored = [e for e in entries() if e.component != "xid" and e not in anchored]
-    return Index(by_anchor, unanchored, xids)
+    return Index(by_anchor, unanchored, xids, cuda)
+
+
+def cuda_error(text: str) -> Entry | None:
+    """The CUDA error a name (`cudaErrorNoKernelImageForDevice`) or string stands for."""
+    return index().cuda.get(text.strip().strip("'\".").lower())
 
 
 def xid(code: int) -> Entry | None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from trainops.doctor import catalog
 from trainops.doctor import events as ev
 from trainops.doctor.findings import Context, Found, check, who
 from trainops.model import ERROR
+from trainops.rules import catalog as rule_catalog
 
 DRAIN = (
     "Cordon and drain the node (kubectl cordon NODE; kubectl drain NODE "
@@ -16,7 +18,8 @@ DRAIN = (
     "and have the node reset or serviced before uncordoning it."
 )
 
-# Xid -> (meaning, the node must be drained). From NVIDIA's Xid catalog; application-level
+# Xid -> (meaning, the node must be drained), where the doctor decides otherwise than a plain
+# reading of NVIDIA's Xid catalog (`catalog/xid.yaml`, used for every other code); application-level
 # Xids (13, 31, 43, 45) usually end one process and call for draining only when they
 # repeat on the same GPU.
 XID = {
@@ -42,6 +45,19 @@ XID = {
 }
 
 
+def _xid(code: int, detail: str) -> tuple[str, bool, str | None]:
+    """(meaning, the node must be drained, the finding when not gpu-fault): the table above,
+    else NVIDIA's Xid catalog (`catalog/xid.yaml`), else the driver's own text."""
+    if code in XID:
+        return (*XID[code], None)
+    entry = catalog.xid(code)
+    if entry is None:
+        return detail or "see NVIDIA's Xid catalog", True, None
+    drain = entry.severity == ERROR and entry.finding != "cuda-fatal"
+    family = entry.finding if entry.finding in ("gpu-ecc", "nvswitch-fabric") else None
+    return entry.meaning.rstrip("."), drain, family
+
+
 @check(
     "gpu-fault",
     ERROR,
@@ -53,15 +69,17 @@ XID = {
 )
 def gpu_fault(ctx: Context) -> Iterator[Found]:
     xids = ctx.of(ev.XID)
-    fatal = [e for e in xids if XID.get(e.fields["code"], ("", True))[1]]
+    fatal = [e for e in xids if _xid(e.fields["code"], e.fields["detail"])[1]]
     other = [e for e in xids if e not in fatal]
     for event in fatal:
         code = event.fields["code"]
-        meaning = XID.get(code, (event.fields["detail"] or "see NVIDIA's Xid catalog", True))[0]
-        yield Found(f"GPU {event.fields['pci']} reported Xid {code} ({meaning})", [event])
+        meaning, _, family = _xid(code, event.fields["detail"])
+        yield Found(
+            f"GPU {event.fields['pci']} reported Xid {code} ({meaning})", [event], rule=family
+        )
     if other and not fatal:
         codes = sorted({e.fields["code"] for e in other})
-        meanings = "; ".join(f"Xid {c}: {XID[c][0]}" for c in codes if c in XID)
+        meanings = "; ".join(f"Xid {c}: {_xid(c, '')[0]}" for c in codes)
         yield Found(
             f"GPU {other[0].fields['pci']} reported {meanings or 'Xid ' + str(codes)}",
             other,
@@ -100,6 +118,23 @@ def gpu_ecc(ctx: Context) -> Iterator[Found]:
         yield Found(f"uncorrectable ECC error on {who(ecc)}: the GPU's memory failed", ecc)
 
 
+# CUDA errors whose cause is not the program or the GPU but the build or the node's
+# software; the catalog's CUDA table says which family each error belongs to.
+_CAUSES = ("gpu-arch-unsupported", "cuda-stub-driver", "no-cuda-device", "mig-device-unsupported")
+
+
+def _catalogued_cause(event) -> catalog.Entry | None:
+    entry = catalog.cuda_error(event.fields.get("error") or "")
+    return entry if entry is not None and entry.finding in _CAUSES else None
+
+
+def _by_entry(events) -> dict:
+    grouped: dict = {}
+    for event in events:
+        grouped.setdefault(_catalogued_cause(event), []).append(event)
+    return grouped
+
+
 @check(
     "cuda-fatal",
     ERROR,
@@ -127,6 +162,18 @@ def cuda_fatal(ctx: Context) -> Iterator[Found]:
             "initialization error",
         )
     ]
+    named = [e for e in ctx.of(ev.CUDA_ERROR, ev.CUDA_FAILURE) if _catalogued_cause(e)]
+    errors = [e for e in errors if e not in named]
+    rules = rule_catalog()
+    for entry, events in _by_entry(named).items():
+        yield Found(
+            f"CUDA error on {who(events)}: {events[0].fields['error']} ({entry.key}): "
+            f"{entry.meaning}",
+            events,
+            fix=entry.fix or rules[entry.finding].fix,
+            rule=entry.finding,
+            severity=entry.severity,
+        )
     if errors:
         kinds = sorted({e.fields["error"] for e in errors})
         fix = None
