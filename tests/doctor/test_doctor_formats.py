@@ -44,6 +44,14 @@ COMM = (
         "[0m ",
         "> ",
         "[2025-05-10 23:09:41] ",
+        "2025-05-10 23:09:41,123 ",
+        "2025-05-10 23:09:41.123 UTC | ",
+        "[2025-05-10T23:09:41.123] ",
+        "1746918581.123 ",
+        "23:09:41.123 ",
+        "(RayTrainWorker pid=4012, ip=10.0.0.3) ",
+        '{pod="llama-worker-0", container="pytorch"} ',
+        "`",
     ],
     ids=[
         "kubectl-prefix-ts",
@@ -54,9 +62,18 @@ COMM = (
         "ansi-remnant",
         "quote",
         "nccl-ts",
+        "python-logging-ts",
+        "ts-with-zone-and-bar",
+        "bracketed-iso",
+        "epoch",
+        "time-of-day",
+        "ray",
+        "loki-labels",
+        "markdown-backticks",
     ],
 )
 def test_collection_prefixes_do_not_hide_nccl(prefix):
+    suffix = "`" if prefix == "`" else ""
     lines = [
         f"{prefix}llama-worker-0:1:7 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [RO]; "
         "OOB net1:10.0.0.3<0>",
@@ -65,7 +82,7 @@ def test_collection_prefixes_do_not_hide_nccl(prefix):
         f"{prefix}llama-worker-0:1:7 [0] misc/shmutils.cc:132 NCCL WARN Error while creating "
         "shared memory segment /dev/shm/nccl-x (size 9637888), error: No space left on device (28)",
     ]
-    result = diag(*lines)
+    result = diag(*[line + suffix for line in lines])
     [record] = result.records
     assert (record.rank, record.nranks, record.transport, record.devices) == (
         3,
@@ -360,3 +377,68 @@ def test_an_unknown_failure_is_never_no_problems(trainops):
     )
     assert run.code == 1 and "no problems found" not in run.out
     assert "[failure-unrecognised]" in run.out and "Something nobody has seen before" in run.out
+
+
+@pytest.mark.parametrize("key", ["log", "message", "msg", "line", "textPayload"])
+def test_json_lines_of_log_collectors_are_unwrapped(key):
+    """Docker/fluentd (`log`), CloudWatch (`message`), Loki (`line`), GCP (`textPayload`)."""
+    lines = [
+        "llama-worker-0:1:7 [0] NCCL INFO " + COMM.format(rank=3, nranks=4, phase="START"),
+        "llama-worker-0:1:7 [0] misc/shmutils.cc:132 NCCL WARN Error while creating shared "
+        "memory segment /dev/shm/nccl-x (size 9637888), error: No space left on device (28)",
+    ]
+    wrapped = [
+        json.dumps({key: line + "\n", "stream": "stderr", "kubernetes": {"pod_name": "p-0"}})
+        for line in lines
+    ]
+    result = diag(*wrapped)
+    assert rules(result)["shm-exhausted"].ranks == [3]
+
+
+def test_a_json_line_that_is_not_a_log_record_is_read_as_text():
+    from trainops.doctor.lines import clean
+
+    for text in ('{"loss": 2.1, "step": 10}', "{not json at all}", "[1, 2]"):
+        assert clean(text).text == text
+
+
+def test_nccl_2_28_headers_with_the_function_after_file_and_line():
+    result = diag(
+        "node-3:4211:4388 [5] NCCL INFO " + COMM.format(rank=5, nranks=8, phase="START"),
+        "node-3:4211:4388 [5] misc/shmutils.cc:132 (ncclShmOpen) NCCL WARN Error while creating "
+        "shared memory segment /dev/shm/nccl-x (size 9637888), error: No space left on device (28)",
+    )
+    finding = rules(result)["shm-exhausted"]
+    assert finding.ranks == [5]
+
+
+def test_a_warning_wrapped_onto_the_next_line_is_rejoined():
+    result = diag(
+        "h:7:9 [0] NCCL INFO " + COMM.format(rank=0, nranks=2, phase="START"),
+        "h:7:9 [0] transport/net_ib.cc:92 NCCL WARN NET/IB : mlx5_2:1 Got async event",
+        ": port error",
+        "h:7:9 [0] NCCL INFO transport/net_ib.cc:1108 -> 6",
+    )
+    assert "ib-async-event" in rules(result)
+
+
+def test_a_line_after_a_warning_that_does_not_continue_it_is_read_on_its_own():
+    result = diag(
+        "h:7:9 [0] NCCL INFO " + COMM.format(rank=0, nranks=2, phase="START"),
+        "h:7:9 [0] foo.cc:1 NCCL WARN a warning nobody knows",
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+    )
+    assert "gpu-arch-unsupported" in rules(result)
+
+
+def test_one_file_per_rank_names_the_rank_when_lines_do_not():
+    result = diagnose(
+        [
+            memory_stream(
+                "logs/rank7.log",
+                ["RuntimeError: CUDA error: an illegal memory access was encountered"],
+            )
+        ],
+        Expectation(),
+    )
+    assert rules(result)["cuda-fatal"].ranks == [7]

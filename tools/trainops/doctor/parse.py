@@ -98,31 +98,71 @@ def parse(sources: Iterable[Source]) -> list[Event]:
     return found
 
 
+def _facts(text: str, header) -> list[tuple[str, dict]]:
+    """What one cleaned line says, from the parsers, the outcome markers and the catalog."""
+    launcher = launcher_messages.read(text.strip())
+    if launcher is not None:
+        facts = launcher
+    else:
+        facts = nccl_messages.read(header.message if header else text.strip(), header)
+    if header is None and launcher is None:
+        facts += torch_messages.read(text.strip()) + node_messages.read(text)
+    facts += outcome_messages.read(text)
+    message = header.message if header else text.strip()
+    understood = any(kind not in _UNEXPLAINED for kind, _ in facts)
+    if not understood and (header is not None or any(c in message for c in _CATALOG_CUES)):
+        entry = catalog.lookup(message)
+        if entry is not None:
+            facts.append((ev.CATALOGUED, {"entry": entry}))
+    return facts or _unknown(message)
+
+
+def _unread(facts: list[tuple[str, dict]]) -> bool:
+    """Only an NCCL warning nobody knows: perhaps the paste wrapped it onto the next line."""
+    return bool(facts) and all(kind == ev.NCCL_WARN for kind, _ in facts)
+
+
+def _rejoined(header, text: str, following: str):
+    """The warning with its wrapped continuation, when that makes a message someone knows."""
+    for glue in (" ", ""):
+        joined = text.rstrip() + glue + following.strip()
+        facts = _facts(joined, nccl_header(joined))
+        if not _unread(facts):
+            return joined, facts
+    return None
+
+
 def _stream(source: LogStream) -> Iterator[Event]:
     attempt = 0 if source.name.endswith(PREVIOUS) else 1
     once: set[tuple[ProcessKey, str]] = set()
-    for number, raw in enumerate(source.open_lines(), 1):
-        line = clean(raw)
+    file_rank = _rank_in_name(source.name)
+    lines = enumerate(source.open_lines(), 1)
+    ahead = None
+    while True:
+        if ahead is not None:
+            (number, line), ahead = ahead, None
+        else:
+            step = next(lines, None)
+            if step is None:
+                return
+            number, line = step[0], clean(step[1])
         text = line.text
         if not text.strip():
             continue
         header = nccl_header(text)
-        launcher = launcher_messages.read(text.strip())
-        if launcher is not None:
-            facts = launcher
-        else:
-            facts = nccl_messages.read(header.message if header else text.strip(), header)
-        if header is None and launcher is None:
-            facts += torch_messages.read(text.strip()) + node_messages.read(text)
-        facts += outcome_messages.read(text)
-        message = header.message if header else text.strip()
-        understood = any(kind not in _UNEXPLAINED for kind, _ in facts)
-        if not understood and (header is not None or any(c in message for c in _CATALOG_CUES)):
-            entry = catalog.lookup(message)
-            if entry is not None:
-                facts.append((ev.CATALOGUED, {"entry": entry}))
-        if not facts:
-            facts = _unknown(message)
+        facts = _facts(text, header)
+        if header is not None and _unread(facts):
+            step = next(lines, None)
+            if step is not None:
+                following = clean(step[1])
+                joined = None
+                if following.text.strip() and nccl_header(following.text) is None:
+                    joined = _rejoined(header, text, following.text)
+                if joined is not None:
+                    text, facts = joined
+                    header = nccl_header(text)
+                else:
+                    ahead = (step[0], following)
         if any(marker in text for marker in _RESTART_MARKERS):
             attempt += 1
             once.clear()
@@ -140,9 +180,22 @@ def _stream(source: LogStream) -> Iterator[Event]:
                     attempt += 1
                     once.clear()
                 once.add((process, kind))
+        if rank is None and process is None:
+            rank = file_rank
         if process is None and rank is not None:
             process = ProcessKey(None, None, rank)
         shown = text.strip()
         shown = shown if len(shown) <= TEXT_LIMIT else shown[:TEXT_LIMIT] + "..."
         for kind, fields in facts:
             yield Event(kind, source.name, number, shown, attempt, process, rank, fields)
+
+
+def _rank_in_name(name: str) -> int | None:
+    """`rank3.log`, `rank-3.txt`, `logs/rank_12`: one file per rank names its rank."""
+    base = name.rsplit("/", 1)[-1].lower()
+    at = base.find("rank")
+    if at < 0:
+        return None
+    digits = base[at + 4 :].lstrip("-_.")
+    number = digits[: len(digits) - len(digits.lstrip("0123456789"))]
+    return int(number) if number and len(number) <= 6 else None
