@@ -69,21 +69,43 @@ def invalid(ctx: Context) -> Iterator[Found]:
 @check(
     "nccl-version-mismatch",
     ERROR,
-    "Every rank runs the same NCCL version",
+    "Every rank runs the same NCCL version and every node the same driver",
     "Ranks with different NCCL releases may use different protocols and hang or fail in "
-    "ways that look like network trouble.",
+    "ways that look like network trouble; a node with another driver is the node that differs.",
     "Run the same image on every node; check that LD_LIBRARY_PATH or LD_PRELOAD does not "
     "pick another libnccl on some of them.",
 )
 def versions(ctx: Context) -> Iterator[Found]:
+    # Version lines without NCCL's prefix (pasted, or one log file per node) still say which
+    # NCCL runs: a line with the host names it, the others their file.
     by_version = defaultdict(list)
     for event in ctx.of(ev.VERSION):
-        if event.process is not None and event.process.host:
-            by_version[event.fields["version"].split("+", 1)[0]].append(event)
+        by_version[event.fields["version"].split("+", 1)[0]].append(event)
     if len(by_version) > 1:
-        parts = "; ".join(f"{v} on {who(es)}" for v, es in sorted(by_version.items()))
+        parts = "; ".join(f"{v} on {_where(es)}" for v, es in sorted(by_version.items()))
         yield Found(
             f"ranks run different NCCL versions: {parts}",
             [es[0] for es in by_version.values()],
             severity=ERROR if ctx.failed else WARNING,
         )
+    drivers = defaultdict(list)
+    for event in ctx.of(ev.DRIVER):
+        if event.process is not None and event.process.host:
+            drivers[event.fields["version"]].append(event)
+    if len(drivers) > 1:
+        parts = "; ".join(f"CUDA driver API {v} on {_where(es)}" for v, es in sorted(drivers.items()))
+        yield Found(
+            f"nodes run different NVIDIA drivers: {parts}: the node that differs is the one to "
+            "suspect",
+            [es[0] for es in drivers.values()],
+            severity=ERROR if ctx.failed else WARNING,
+            fix="Run the same driver on every node of the job (the GPU Operator's ClusterPolicy "
+            "pins it); drain the node whose driver differs until it is updated.",
+        )
+
+
+def _where(events) -> str:
+    named = [e for e in events if e.process and e.process.host]
+    if named:
+        return who(named)
+    return ", ".join(sorted({e.source for e in events})[:4])

@@ -53,7 +53,15 @@ def timeout(ctx: Context) -> Iterator[Found]:
     expected = _expected_ranks(ctx)
     timed = {r for r in first if r is not None}
     silent = sorted(set(range(expected)) - timed) if expected else []
-    if len(silent) == 1:
+    others = {e.rank for e in ctx.events if e.rank is not None} - timed
+    if len(timed) == 1 and (len(silent) > 1 or (not expected and others)):
+        [alone] = timed
+        suspect = (
+            f": rank {alone} alone entered it and the other ranks never called it (a "
+            "collective on a rank-dependent path such as `if rank == 0: barrier()`, a save or "
+            "evaluation step run on one rank, or the others had already finished or crashed)"
+        )
+    elif len(silent) == 1:
         suspect = (
             f"; rank {silent[0]} reported no timeout: the likely culprit (hung, crashed or behind)"
         )

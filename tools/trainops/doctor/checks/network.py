@@ -192,6 +192,15 @@ def store_unreachable(ctx: Context) -> Iterator[Found]:
             notes.append(f"{host} is a {why} address, reachable only from its own host")
         elif host.startswith("172.17."):
             notes.append(f"{host} looks like a docker bridge address, not reachable from others")
+    refused = [e for e in failed if "refused" in (e.fields.get("reason") or "").lower()]
+    if refused and not notes:
+        store_logged = any(e.rank == 0 for e in ctx.events if e.kind != ev.STORE_CONNECT)
+        notes.append(
+            "the host answered and refused the connection: nothing listens on that port, so the "
+            "store never started there (rank 0's process failed or exited before listening, "
+            "or listens on another port)"
+            + ("" if store_logged else "; no line of rank 0 is in these logs: read its log")
+        )
     where = f" at {', '.join(targets[:3])}" if targets else ""
     note = f" ({'; '.join(notes)})" if notes else ""
     yield Found(f"{who(failed)} could not reach the c10d store{where}{note}", failed)
