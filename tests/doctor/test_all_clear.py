@@ -92,3 +92,17 @@ def test_nccl_tests_that_never_print_a_result_is_a_hang(trainops, tmp_path):
     run = trainops("doctor", "nccl-tests", str(log))
     assert run.code == 1 and "no problems found" not in run.out
     assert "[nccl-tests-no-results]" in run.out and "node-0, node-1" in run.out
+
+
+def test_nccl_tests_output_without_results_read_by_doctor_nccl_is_a_hang(trainops, tmp_path):
+    run = doctor(
+        trainops,
+        tmp_path,
+        [
+            "# nThread 1 nGpus 8 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5",
+            "# Using devices",
+            "#  Rank  0 Group  0 Pid  41 on     node-0 device  0 [0x18] NVIDIA A100-SXM4-80GB",
+        ],
+    )
+    assert run.code == 1 and "[outcome-unproven]" in run.out
+    assert "printed no result line" in run.out

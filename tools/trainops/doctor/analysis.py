@@ -176,6 +176,11 @@ def _unproven(ctx: Context) -> str | None:
         )
     if progress:
         return None
+    if ctx.of(ev.TESTS_STARTED):
+        return (
+            "nccl-tests started (its banner and ranks are printed) and printed no result line: "
+            "it hangs in its first collective, or the output was cut"
+        )
     if complete:
         return (
             f"NCCL init completed on {len(complete)} process(es), and no training step, exit or "

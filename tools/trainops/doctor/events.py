@@ -75,6 +75,7 @@ GPU_INIT = "gpu-init-failed"  # detail
 # What shows the job worked (`outcome_messages`)
 FINISHED = "finished"  # torchrun's group succeeded, NCCL destroyed a communicator, nccl-tests summary
 PROGRESS = "progress"  # step (a training step with a loss)
+TESTS_STARTED = "nccl-tests-started"  # nccl-tests printed its banner or rank list
 
 # The message catalog (`catalog`): a line printed from a catalogued message
 CATALOGUED = "catalogued"  # entry
