@@ -18,7 +18,7 @@ MIRROR_CRDS := base/operators/mirror/kubeflow-training-operator-v1.9.0/manifests
 VENDORED_CRDS := crds
 PROMETHEUS_RULE_CRD := base/operators/mirror/prometheus-operator-v0.93.0/example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml
 
-.PHONY: install validate test test-repeat lint format bench schemas train-local clean
+.PHONY: install validate test test-repeat lint format bench schemas doctor-catalog train-local clean
 
 # The pip a venv starts with (23.2 with Python 3.11) takes about 20 CPU-s to resolve
 # the development tools, checking every file of every release listed for torch,
@@ -95,6 +95,14 @@ train-local: $(DEV)
 
 schemas: $(DEV)
 	$(BIN)/trainops schemas import $(CRDS)/*.yaml $(MIRROR_CRDS)/*.yaml $(VENDORED_CRDS)/*/*.yaml $(PROMETHEUS_RULE_CRD)
+
+# The doctor's message catalog from the sources: NCCL=<clone of NVIDIA/nccl with tags>,
+# OFI=<clone of aws/aws-ofi-nccl>; new formats come out `unclassified` for a person to read.
+doctor-catalog: $(DEV)
+	@test -n "$(NCCL)" -a -n "$(OFI)" || { echo "usage: make doctor-catalog NCCL=path OFI=path"; exit 2; }
+	$(BIN)/python scripts/extract-doctor-messages.py $(NCCL) --component nccl
+	$(BIN)/python scripts/extract-doctor-messages.py $(OFI) --component aws-ofi-nccl
+	$(BIN)/python -m trainops.docs
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache $(TRAIN_LOCAL)

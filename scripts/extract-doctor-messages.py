@@ -4,9 +4,13 @@ A maintainer's tool, run when a new release is supported (`make doctor-catalog`)
 each release tag of a local git clone with `git grep` and `git show`, finds every
 `WARN(...)` and `INFO(flags, ...)` call, resolves the format string (concatenated literals,
 `PRIu64`-style macros) and writes one record per distinct format with the newest release
-that prints it, the file and line there, and the first release. The catalog
-(`<component>.yaml` beside this module) keeps meaning, fix and finding per format; this
-tool only refreshes what the sources say, and `--merge` keeps what people wrote.
+that prints it, the file and line there, and the first release, into the doctor's catalog
+(tools/trainops/doctor/catalog/<component>.yaml). What people wrote there (finding,
+severity, meaning, fix) is kept for every format the sources still print; a new format
+gets severity `unclassified`, which tests/doctor/test_message_catalog.py refuses until
+someone reads its code and classifies it.
+
+    python scripts/extract-doctor-messages.py ~/src/nccl --component nccl
 """
 
 from __future__ import annotations
@@ -20,9 +24,18 @@ from pathlib import Path
 import yaml
 
 _MACROS = {
-    "PRIu64": "lu", "PRId64": "ld", "PRIx64": "lx", "PRIX64": "lX", "PRIi64": "li",
-    "PRIu32": "u", "PRId32": "d", "PRIx32": "x", "PRIu16": "u", "PRIu8": "u",
-    "PRIxPTR": "lx", "PRIuPTR": "lu",
+    "PRIu64": "lu",
+    "PRId64": "ld",
+    "PRIx64": "lx",
+    "PRIX64": "lX",
+    "PRIi64": "li",
+    "PRIu32": "u",
+    "PRId32": "d",
+    "PRIx32": "x",
+    "PRIu16": "u",
+    "PRIu8": "u",
+    "PRIxPTR": "lx",
+    "PRIuPTR": "lu",
 }
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "'": "'", "0": ""}
 _MAX_CALL = 4000
@@ -43,8 +56,12 @@ COMPONENTS = {
     # the text the macro puts before the format)
     "nccl": ("https://github.com/NVIDIA/nccl", (2, 18), ("src",), "WARN", "INFO", ""),
     "aws-ofi-nccl": (
-        "https://github.com/aws/aws-ofi-nccl", (1, 14), ("src", "include"),
-        "NCCL_OFI_WARN", "NCCL_OFI_INFO", "NET/OFI ",
+        "https://github.com/aws/aws-ofi-nccl",
+        (1, 14),
+        ("src", "include"),
+        "NCCL_OFI_WARN",
+        "NCCL_OFI_INFO",
+        "NET/OFI ",
     ),
 }
 
@@ -134,7 +151,9 @@ def _calls(source: str, call: re.Pattern, warn: str):
         if not args:
             continue
         level = "WARN" if found.group(1) == warn else "INFO"
-        flags, fmt_arg = (None, args[0]) if level == "WARN" else (args[0], args[1] if len(args) > 1 else "")
+        flags, fmt_arg = (
+            (None, args[0]) if level == "WARN" else (args[0], args[1] if len(args) > 1 else "")
+        )
         fmt = format_string(fmt_arg)
         if fmt is None:
             continue
@@ -147,8 +166,20 @@ def extract(repo: Path, component: str) -> list[dict]:
     records: dict[tuple[str, str], dict] = {}
     for tag in _tags(repo, first):
         listing = subprocess.run(
-            ["git", "-C", str(repo), "grep", "-l", "-E", rf"\b({warn}|{info})\s*\(", tag, "--", *roots],
-            capture_output=True, text=True,
+            [
+                "git",
+                "-C",
+                str(repo),
+                "grep",
+                "-l",
+                "-E",
+                rf"\b({warn}|{info})\s*\(",
+                tag,
+                "--",
+                *roots,
+            ],
+            capture_output=True,
+            text=True,
         ).stdout.split()
         for entry in listing:
             path = entry.split(":", 1)[1]
@@ -156,7 +187,9 @@ def extract(repo: Path, component: str) -> list[dict]:
                 continue
             source = subprocess.run(
                 ["git", "-C", str(repo), "show", f"{tag}:{path}"],
-                capture_output=True, text=True, errors="replace",
+                capture_output=True,
+                text=True,
+                errors="replace",
             ).stdout
             for level, flags, fmt, line in _calls(source, call, warn):
                 if level == "INFO" and not USER_FACING_INFO.search(fmt):
@@ -173,15 +206,52 @@ def extract(repo: Path, component: str) -> list[dict]:
     return sorted(records.values(), key=lambda r: (r["source"].split("#")[0], r["format"]))
 
 
+CATALOG = Path(__file__).resolve().parents[1] / "tools" / "trainops" / "doctor" / "catalog"
+KEPT = ("finding", "severity", "meaning", "fix")
+
+
+def merge(rows: list[dict], current: list[dict]) -> list[dict]:
+    """The extracted formats in the catalog's shape, with what people wrote kept."""
+    written = {(e["level"], e["key"]): e for e in current}
+    merged = []
+    for row in rows:
+        entry = {"key": row["format"], "level": row["level"], "source": row["source"]}
+        entry |= {"first": row["first"], "last": row["last"]}
+        before = written.get((row["level"], row["format"]))
+        if before is None:
+            entry |= {"finding": "nccl-warning", "severity": "unclassified", "meaning": ""}
+        else:
+            entry |= {k: before[k] for k in KEPT if k in before}
+        merged.append(entry)
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("repo", type=Path, help="a git clone of the component, with its tags")
     parser.add_argument("--component", choices=sorted(COMPONENTS), required=True)
-    parser.add_argument("--out", type=Path, required=True, help="the raw records (YAML) to write")
+    parser.add_argument(
+        "--catalog",
+        type=Path,
+        default=CATALOG,
+        help="the catalog directory (default: the doctor's)",
+    )
     args = parser.parse_args(argv)
-    rows = extract(args.repo, args.component)
-    args.out.write_text(yaml.safe_dump(rows, sort_keys=False, allow_unicode=True, width=1000))
-    print(f"{len(rows)} formats -> {args.out}", file=sys.stderr)
+    if not (args.repo / ".git").exists() and not (args.repo / "HEAD").exists():
+        parser.error(f"{args.repo}: not a git clone")
+    path = args.catalog / f"{args.component}.yaml"
+    text = path.read_text() if path.exists() else ""
+    head = "".join(line for line in text.splitlines(True) if line.startswith("#"))
+    current = yaml.safe_load(text) or []
+    merged = merge(extract(args.repo, args.component), current)
+    body = yaml.safe_dump(merged, sort_keys=False, allow_unicode=True, width=100)
+    temporary = path.with_suffix(".yaml.tmp")
+    temporary.write_text(head + body)
+    temporary.replace(path)
+    new = sum(1 for e in merged if e["severity"] == "unclassified")
+    print(f"{len(merged)} formats, {new} to classify -> {path}", file=sys.stderr)
     return 0
 
 

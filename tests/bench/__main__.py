@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tests.bench import (
     admission_bench,
+    doctor_bench,
     parse_bench,
     scale_bench,
     startup_bench,
@@ -36,6 +37,7 @@ def main() -> None:
             "parse",
             "startup",
             "trainer",
+            "doctor",
         ],
         help="run one section",
     )
@@ -58,6 +60,8 @@ def main() -> None:
         results.update(startup_bench.run())
     if options.only in (None, "trainer"):
         results.update(trainer_bench.run())
+    if options.only in (None, "doctor"):
+        results.update(doctor_bench.run())
     RESULTS.mkdir(exist_ok=True)
     results_file.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nresults: {RESULTS / 'results.json'}")

@@ -84,7 +84,9 @@ class Rank:
             ),
         ]
         if self.timeout_seq is None and self.rank == 0:
-            out += [f"{self.prefix}step {n} | loss {3.2 - n / 100:.4f} | 1.21 s/step" for n in (10, 20)]
+            out += [
+                f"{self.prefix}step {n} | loss {3.2 - n / 100:.4f} | 1.21 s/step" for n in (10, 20)
+            ]
         if self.timeout_seq is not None:
             out.append(
                 f"{self.prefix}[rank{self.rank}]:[E1121 02:07:08.408271257 "

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tests.support import REPO
-from trainops.doctor import nccl_tests
 from trainops.doctor import catalog as messages
+from trainops.doctor import nccl_tests
 from trainops.doctor.analysis import UNPROVEN, UNRECOGNISED
 from trainops.doctor.findings import CHECKS
 from trainops.doctor.job import NO_NCCL_EVIDENCE, POD_PROBLEMS, RESTARTS, UNSCHEDULABLE

@@ -17,8 +17,20 @@ from trainops.rules import catalog as rules
 
 # A value for each printf conversion, as a real log would show it.
 _VALUES = {
-    "d": "3", "i": "3", "u": "7", "o": "7", "x": "1f", "X": "1F", "e": "1.5", "f": "1.5",
-    "g": "1.5", "a": "1", "c": "z", "s": "mlx5_0", "p": "0x7f3a10", "n": "",
+    "d": "3",
+    "i": "3",
+    "u": "7",
+    "o": "7",
+    "x": "1f",
+    "X": "1F",
+    "e": "1.5",
+    "f": "1.5",
+    "g": "1.5",
+    "a": "1",
+    "c": "z",
+    "s": "mlx5_0",
+    "p": "0x7f3a10",
+    "n": "",
 }
 _CONVERSION = re.compile(
     r"%[-+ #0']*(?:\*|\d+)?(?:\.(?:\*|\d+))?(?:hh|h|ll|l|z|j|t|L|q)?([diouxXeEfgGaAcspn%])"
@@ -68,8 +80,7 @@ def test_a_pasted_message_without_its_header_is_recognised():
     missed = [
         e.key
         for e in LINE_ENTRIES
-        if e not in catalog.index().unanchored
-        and catalog.lookup("> " + printed(e.key)) is None
+        if e not in catalog.index().unanchored and catalog.lookup("> " + printed(e.key)) is None
     ]
     assert not missed, missed[:10]
 
@@ -122,8 +133,7 @@ def test_a_catalogued_warning_names_its_finding_with_meaning_and_source(trainops
 def test_catalogued_lines_become_events_only_where_no_parser_understood_them():
     lines = [
         "h:1:2 [0] NCCL INFO NET/IB : No device found.",
-        "h:1:2 [0] transport/net_ib.cc:92 NCCL WARN NET/IB : mlx5_2:1 Got async event : "
-        "port error",
+        "h:1:2 [0] transport/net_ib.cc:92 NCCL WARN NET/IB : mlx5_2:1 Got async event : port error",
         "h:1:2 [0] misc/strongstream.cc:1 NCCL WARN Cuda failure 'invalid argument'",
     ]
     events = parse.parse([memory_stream("log", lines)])

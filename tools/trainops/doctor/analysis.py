@@ -186,9 +186,7 @@ def _unproven(ctx: Context) -> str | None:
             f"NCCL init completed on {len(complete)} process(es), and no training step, exit or "
             "teardown line follows: the job hangs after init, or the logs were cut"
         )
-    return (
-        "no line shows the job working: no NCCL init, no training step, no successful exit"
-    )
+    return "no line shows the job working: no NCCL init, no training step, no successful exit"
 
 
 def diagnose(sources: Iterable[Source], expectation: Expectation) -> Diagnosis:

@@ -73,7 +73,9 @@ OFF_BUS = "gpu-off-bus"  # pci
 GPU_INIT = "gpu-init-failed"  # detail
 
 # What shows the job worked (`outcome_messages`)
-FINISHED = "finished"  # torchrun's group succeeded, NCCL destroyed a communicator, nccl-tests summary
+FINISHED = (
+    "finished"  # torchrun's group succeeded, NCCL destroyed a communicator, nccl-tests summary
+)
 PROGRESS = "progress"  # step (a training step with a loss)
 TESTS_STARTED = "nccl-tests-started"  # nccl-tests printed its banner or rank list
 

@@ -40,6 +40,11 @@ def literal(text: str) -> str:
     return re.escape(text)
 
 
+def words(*choices: str) -> Pattern:
+    """A pattern that finds any of `choices` (one scan of the window, not one per word)."""
+    return Pattern("|".join(re.escape(c) for c in choices))
+
+
 class Pattern:
     """A compiled pattern that only ever looks at `MAX_WINDOW` characters of a line."""
 

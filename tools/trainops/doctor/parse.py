@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from trainops.doctor import catalog
-from trainops.doctor import events as ev
 from trainops.doctor import (
+    catalog,
     flight_recorder,
     launcher_messages,
     nccl_messages,
@@ -22,8 +21,9 @@ from trainops.doctor import (
     outcome_messages,
     torch_messages,
 )
+from trainops.doctor import events as ev
 from trainops.doctor.events import Event, ProcessKey
-from trainops.doctor.limits import MAX_ITEMS, MAX_PROCESSES
+from trainops.doctor.limits import MAX_ITEMS, MAX_PROCESSES, words
 from trainops.doctor.lines import clean, nccl_header
 from trainops.doctor.sources import FlightRecorderDump, LogStream, Source
 from trainops.errors import InputError
@@ -38,30 +38,78 @@ _RESTART_MARKERS = ("will restart worker group", "Restarting worker group")
 # Facts that say only that a line reports something, or that no check reads: the catalog
 # may know what the line means.
 _UNEXPLAINED = frozenset({ev.NCCL_WARN, ev.EXCEPTION, ev.IB_ASYNC, ev.TESTS_FAILURE})
-_CATALOG_CUES = (
-    "NCCL", "NET/", "Error", "error", "ERROR", "fail", "Fail", "FAIL", "CUDA", "cuda", "Cuda",
-    "Xid", "WARN", "Warn", "timed out", "Timed out", "Timeout", "timeout", "refused", "denied",
-    "unable", "Unable", "cannot", "Cannot", "not found", "invalid", "Invalid", "mismatch",
+_CATALOG_CUES = words(
+    "NCCL",
+    "NET/",
+    "Error",
+    "error",
+    "ERROR",
+    "fail",
+    "Fail",
+    "FAIL",
+    "CUDA",
+    "cuda",
+    "Cuda",
+    "Xid",
+    "WARN",
+    "Warn",
+    "timed out",
+    "Timed out",
+    "Timeout",
+    "timeout",
+    "refused",
+    "denied",
+    "unable",
+    "Unable",
+    "cannot",
+    "Cannot",
+    "not found",
+    "invalid",
+    "Invalid",
+    "mismatch",
 )
 
 
 # A line that reports an error in words every stack uses, and a line that is output of the
 # stacks the doctor reads: neither is understood, but both say the log is the right one.
-_ERROR_WORDS = (
-    "Traceback (most recent call last)", "Error:", "ERROR", "error:", "Exception:",
-    "Segmentation fault", "core dumped", "Aborted", "Killed", "FATAL", "Fatal error",
-    "fatal error", " failed", "Failed to", "failed to",
+_ERROR_WORDS = words(
+    "Traceback (most recent call last)",
+    "Error:",
+    "ERROR",
+    "error:",
+    "Exception:",
+    "Segmentation fault",
+    "core dumped",
+    "Aborted",
+    "Killed",
+    "FATAL",
+    "Fatal error",
+    "fatal error",
+    " failed",
+    "Failed to",
+    "failed to",
 )
-_STACK_WORDS = (
-    "NCCL", "nccl", "torch", "c10d", "ProcessGroup", "gloo", "Gloo", "mpirun", "CUDA", "cuda",
-    "NET/", "deepspeed", "accelerate",
+_STACK_WORDS = words(
+    "NCCL",
+    "nccl",
+    "torch",
+    "c10d",
+    "ProcessGroup",
+    "gloo",
+    "Gloo",
+    "mpirun",
+    "CUDA",
+    "cuda",
+    "NET/",
+    "deepspeed",
+    "accelerate",
 )
 
 
 def _unknown(message: str) -> list[tuple[str, dict]]:
-    if any(word in message for word in _ERROR_WORDS):
+    if _ERROR_WORDS.search(message):
         return [(ev.ERROR_LINE, {"message": message[:TEXT_LIMIT]})]
-    if any(word in message for word in _STACK_WORDS):
+    if _STACK_WORDS.search(message):
         return [(ev.MENTION, {})]
     return []
 
@@ -110,7 +158,7 @@ def _facts(text: str, header) -> list[tuple[str, dict]]:
     facts += outcome_messages.read(text)
     message = header.message if header else text.strip()
     understood = any(kind not in _UNEXPLAINED for kind, _ in facts)
-    if not understood and (header is not None or any(c in message for c in _CATALOG_CUES)):
+    if not understood and (header is not None or _CATALOG_CUES.search(message)):
         entry = catalog.lookup(message)
         if entry is not None:
             facts.append((ev.CATALOGUED, {"entry": entry}))

@@ -2,8 +2,9 @@
 print, read from their sources, each message with its meaning, fix and the finding it raises.
 
 One YAML file per component beside this module:
-- `nccl.yaml`, `aws-ofi-nccl.yaml`: every WARN and user-facing INFO format of NCCL 2.18 on and
-  aws-ofi-nccl 1.14 on (`scripts/extract-doctor-messages.py` refreshes formats and sources from a clone);
+- `nccl.yaml`, `aws-ofi-nccl.yaml`: every WARN and user-facing INFO format of NCCL 2.18 on
+  and aws-ofi-nccl 1.14 on (`scripts/extract-doctor-messages.py` refreshes formats and
+  sources from a clone);
 - `torch.yaml`: the error and warning strings of torch.distributed and torch.cuda of the
   pinned torch;
 - `cuda.yaml`: the CUDA runtime and driver error names and their strings;

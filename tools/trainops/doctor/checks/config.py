@@ -93,7 +93,9 @@ def versions(ctx: Context) -> Iterator[Found]:
         if event.process is not None and event.process.host:
             drivers[event.fields["version"]].append(event)
     if len(drivers) > 1:
-        parts = "; ".join(f"CUDA driver API {v} on {_where(es)}" for v, es in sorted(drivers.items()))
+        parts = "; ".join(
+            f"CUDA driver API {v} on {_where(es)}" for v, es in sorted(drivers.items())
+        )
         yield Found(
             f"nodes run different NVIDIA drivers: {parts}: the node that differs is the one to "
             "suspect",

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from trainops import nccl
 from trainops.doctor import events as ev
 from trainops.doctor.evidence import RankRecord
-from trainops.doctor.findings import Context, Found, check, ranks_text, who
+from trainops.doctor.findings import Context, Found, check, ranks_text
 from trainops.model import ERROR, INFO, WARNING
 
 

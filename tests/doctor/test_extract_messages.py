@@ -1,0 +1,114 @@
+"""scripts/extract-doctor-messages.py on a real git repository with release tags: formats
+read from C sources (concatenated literals, PRI macros, calls over several lines), the
+newest release's line cited, and what people wrote kept on a refresh."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import yaml
+
+from tests.support import REPO
+
+SPEC = importlib.util.spec_from_file_location(
+    "extract_doctor_messages", REPO / "scripts" / "extract-doctor-messages.py"
+)
+extract = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(extract)
+
+FIRST = """#include "debug.h"
+static int f(int n) {
+  WARN("NET/IB : Got async event : %s", name);
+  INFO(NCCL_INIT, "Using network %s", net);
+  INFO(NCCL_INIT, "comm %p rank %d", comm, rank);
+  return 0;
+}
+"""
+SECOND = """#include "debug.h"
+static int f(int n) {
+  WARN("NET/IB : Got async event : %s", name);
+  WARN("Call to ibv_reg_mr failed with error %s "
+       "size %" PRIu64, strerror(errno),
+       size);
+  INFO(NCCL_INIT|NCCL_NET, "NET/Plugin: Failed to load %s, falling back", path);
+  return 0;
+}
+"""
+
+
+def git(repo, *args):
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def make_repo(tmp_path):
+    repo = tmp_path / "nccl"
+    (repo / "src" / "transport").mkdir(parents=True)
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "t")
+    source = repo / "src" / "transport" / "net_ib.cc"
+    for text, tag in ((FIRST, "v2.18.1-1"), (SECOND, "v2.19.3-1")):
+        source.write_text(text)
+        git(repo, "add", ".")
+        git(repo, "commit", "-q", "-m", tag)
+        git(repo, "tag", tag)
+    return repo
+
+
+def test_formats_come_from_every_release_with_the_newest_line(tmp_path):
+    rows = {(r["level"], r["format"]): r for r in extract.extract(make_repo(tmp_path), "nccl")}
+    async_event = rows[("WARN", "NET/IB : Got async event : %s")]
+    assert (async_event["first"], async_event["last"]) == ("v2.18.1-1", "v2.19.3-1")
+    assert async_event["source"].endswith("/blob/v2.19.3-1/src/transport/net_ib.cc#L3")
+    assert ("WARN", "Call to ibv_reg_mr failed with error %s size %lu") in rows
+    assert ("INFO", "NET/Plugin: Failed to load %s, falling back") in rows
+    assert ("INFO", "Using network %s") in rows  # a decision: user-facing
+    assert ("INFO", "comm %p rank %d") not in rows  # detail the parsers read without it
+    assert rows[("INFO", "Using network %s")]["last"] == "v2.18.1-1"
+
+
+def test_a_refresh_keeps_what_people_wrote_and_marks_new_formats(tmp_path):
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    written = {
+        "key": "NET/IB : Got async event : %s",
+        "level": "WARN",
+        "source": "old",
+        "finding": "ib-async-event",
+        "severity": "warning",
+        "meaning": "The RDMA device reported an event.",
+    }
+    (catalog / "nccl.yaml").write_text("# head\n" + yaml.safe_dump([written]))
+    repo = make_repo(tmp_path)
+    script = REPO / "scripts" / "extract-doctor-messages.py"
+    args = [
+        sys.executable,
+        str(script),
+        str(repo),
+        "--component",
+        "nccl",
+        "--catalog",
+        str(catalog),
+    ]
+    subprocess.run(args, check=True, capture_output=True)
+    text = (catalog / "nccl.yaml").read_text()
+    entries = {e["key"]: e for e in yaml.safe_load(text)}
+    kept = entries["NET/IB : Got async event : %s"]
+    assert text.startswith("# head\n")
+    assert (kept["finding"], kept["severity"]) == ("ib-async-event", "warning")
+    assert kept["source"].endswith("#L3")
+    assert entries["Call to ibv_reg_mr failed with error %s size %lu"]["severity"] == "unclassified"
+    subprocess.run(args, check=True, capture_output=True)
+    assert (catalog / "nccl.yaml").read_text() == text  # a second run changes nothing
+
+
+def test_a_directory_that_is_not_a_clone_is_refused(tmp_path):
+    script = REPO / "scripts" / "extract-doctor-messages.py"
+    run = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "--component", "nccl"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2 and "not a git clone" in run.stderr and "Traceback" not in run.stderr
