@@ -149,3 +149,35 @@ def test_families_are_documented_in_the_runbook_and_the_catalog_page():
     for family in catalog.families():
         assert f"| `{family}` |" in runbook
         assert f"`{family}`" in page
+
+
+def test_every_torch_message_as_printed_is_recognised():
+    missed = []
+    for entry in (e for e in catalog.entries() if e.component == "torch"):
+        if entry in catalog.index().unanchored:
+            continue
+        line = "[rank3]:[E1201 10:00:00.123 ProcessGroupNCCL.cpp:1] " + printed(entry.key)
+        found = catalog.lookup(clean(line).text)
+        if found is None or (found != entry and not _same_text(entry, found)):
+            missed.append((entry.key, found and found.key))
+    assert not missed, missed[:10]
+
+
+def test_every_cuda_error_is_recognised_by_name_and_by_its_string_after_cuda():
+    for entry in (e for e in catalog.entries() if e.component == "cuda"):
+        assert catalog.cuda_error(entry.key) is not None
+        by_name = catalog.lookup(f"CUDA driver call failed: {entry.key}")
+        assert by_name is not None and by_name.key == entry.key, entry.key
+        if entry.text:
+            found = catalog.lookup(f"RuntimeError: CUDA error: {entry.text}")
+            assert found is not None and found.component in ("cuda", "torch"), entry.text
+
+
+def test_a_cuda_string_without_cuda_on_the_line_is_not_a_cuda_error():
+    assert catalog.lookup("ValueError: invalid argument for --lr") is None
+
+
+def test_every_xid_of_the_table_is_decoded():
+    xids = [e for e in catalog.entries() if e.component == "xid"]
+    assert len(xids) >= 100 and catalog.xid(79).finding == "gpu-fault"
+    assert {catalog.xid(code).finding for code in (74, 144, 145)} == {"nvswitch-fabric"}

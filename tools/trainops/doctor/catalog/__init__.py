@@ -37,7 +37,8 @@ SEVERITIES = ("error", "warning", "info", "benign", "evidence")
 # Severities that raise a finding; `benign` (healthy systems print it) and `evidence`
 # (version, transport, values read from the environment) never do.
 REPORTED = ("error", "warning", "info")
-MAX_WORDS = 96  # words of a line probed for an anchor
+MAX_WORDS = 128  # words of a line probed for an anchor
+ANCHOR_WORDS = 32  # a format's anchor is among its first words
 MAX_TEXT = 2000  # characters of a line a pattern may scan
 MAX_TRIES = 12  # patterns tried on one line
 
@@ -138,7 +139,9 @@ def compile_format(fmt: str, within: str = "") -> tuple[Pattern, list[tuple[str,
     for literal, glued_left, glued_right in pieces:
         words = _literal_words(literal, glued_left, glued_right)
         anchors += [tuple(words[i : i + 2]) for i in range(len(words))]
-    anchors = [a for a in anchors if sum(map(len, a)) >= 6]
+    # Only early pairs: a line is probed on its first MAX_WORDS words, and collection may put
+    # a few words in front of the message.
+    anchors = [a for a in anchors[:ANCHOR_WORDS] if sum(map(len, a)) >= 6]
     return Pattern(within + pattern), anchors, fixed
 
 
