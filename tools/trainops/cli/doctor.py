@@ -83,7 +83,8 @@ def _exit(findings: list) -> None:
 def doctor() -> None:
     """Diagnose a slow, hanging or failed training job from its evidence.
 
-    Exit codes: 0 no error found, 1 error findings, 2 unreadable input.
+    Exit codes: 0 no error found (and, for `nccl`, the logs show the job worked),
+    1 error findings, 2 unreadable input.
     """
 
 
@@ -97,17 +98,25 @@ def nccl(logs, overlay, expect, fmt):
 
     LOGS are files, directories (every file below), gzip files, FIFOs and process
     substitution (<(kubectl logs ...)), or - for stdin; ranks may be one per file or
-    interleaved. Understood: NCCL output from 2.4 to 2.2x (with or without
-    host:pid:tid, file:line, timestamps), PyTorch's ProcessGroupNCCL, c10d store,
-    torchrun and Gloo errors, nccl-tests failures, the NVIDIA driver's kernel log
-    (Xid), PyTorch Flight Recorder dumps in JSON, and the prefixes collection adds
-    (kubectl --prefix/--timestamps, srun -l, mpirun --tag-output, [rankN]:, ANSI
-    colour). A restart (a new torchrun attempt, a process starting again, a
-    '(previous)' log) starts a new attempt; findings say which.
+    interleaved. Understood: NCCL output from 2.4 to 2.30 (with or without
+    host:pid:tid, file:line, timestamps), aws-ofi-nccl, PyTorch's ProcessGroupNCCL,
+    c10d store, torchrun and Gloo errors, CUDA errors, nccl-tests output, the NVIDIA
+    driver's kernel log (Xid), PyTorch Flight Recorder dumps in JSON, and what
+    collection adds (kubectl --prefix/--timestamps, JSON lines of Docker, fluentd,
+    CloudWatch and Loki, srun -l, mpirun --tag-output, [rankN]:, Ray's prefixes,
+    timestamps, ANSI colour, Markdown, lines wrapped in a paste). A restart (a new
+    torchrun attempt, a process starting again, a '(previous)' log) starts a new
+    attempt; findings say which.
 
-    Each finding names the cause with its evidence lines and a fix; a job that
-    failed without a recognised cause gets `failure-unrecognised` pointing at its
-    first error. `trainops policies explain ID` explains any finding id.
+    Each finding names the cause with its evidence lines and a fix; messages the
+    checks do not read in depth are named from the message catalog
+    (docs/doctor-messages.md). A job that failed without a recognised cause, or a
+    line that reports an error nobody knows, gets `failure-unrecognised` pointing at
+    it. "no problems found" only when the logs show the job worked (NCCL init
+    completed and training progressing, torchrun's group finishing, NCCL destroying
+    its communicators, nccl-tests' summary); otherwise `outcome-unproven` says what
+    the logs lack, with exit code 1. `trainops policies explain ID` explains any
+    finding id.
 
     \b
     Example:
