@@ -199,8 +199,13 @@ def extract(repo: Path, component: str) -> list[dict]:
                     (level, fmt),
                     {"level": level, "format": fmt, "first": tag},
                 )
+                # The newest release's line; of files printing the same format in one release,
+                # the one every platform builds rather than the Windows port.
+                windows = "windows" in path.lower()
+                if record.get("last") != tag or not windows or record.get("windows", True):
+                    record["source"] = f"{url}/blob/{tag}/{path}#L{line}"
+                    record["windows"] = windows
                 record["last"] = tag
-                record["source"] = f"{url}/blob/{tag}/{path}#L{line}"
                 if flags:
                     record["subsystem"] = flags.replace("NCCL_", "").replace(" ", "")
     return sorted(records.values(), key=lambda r: (r["source"].split("#")[0], r["format"]))
@@ -216,6 +221,7 @@ def merge(rows: list[dict], current: list[dict]) -> list[dict]:
     merged = []
     for row in rows:
         entry = {"key": row["format"], "level": row["level"], "source": row["source"]}
+        row.pop("windows", None)
         entry |= {"first": row["first"], "last": row["last"]}
         before = written.get((row["level"], row["format"]))
         if before is None:

@@ -67,15 +67,34 @@ def _timeout(rank: int, op: str = "BARRIER") -> str:
 
 
 def test_the_rank_that_alone_entered_a_collective():
+    """The others log steps after rank 0 entered (one interleaved log: line order is time)."""
     found = findings(
         **{
-            "rank0.log": [_timeout(0)],
-            "rank1.log": ["step 900 | loss 1.71"],
-            "rank2.log": ["step 900 | loss 1.69"],
+            "job.log": [
+                _timeout(0),
+                "[rank1]: step 900 | loss 1.71",
+                "[rank2]: step 900 | loss 1.69",
+            ]
         }
     )
     message = found["collective-timeout"].message
     assert "rank 0 alone entered it" in message and "BARRIER" in message
+
+
+def test_other_ranks_that_finished_show_the_one_left_alone():
+    finished = "[I1201 10:00:00 api.py:933] [default] worker group successfully finished."
+    found = findings(**{"rank0.log": [_timeout(0)], "rank1.log": [f"[rank1]: {finished}"]})
+    assert "rank 0 alone entered it" in found["collective-timeout"].message
+
+
+def test_progress_in_other_files_is_not_taken_as_later():
+    found = findings(**{"rank0.log": [_timeout(0)], "rank1.log": ["step 900 | loss 1.71"]})
+    assert "alone" not in found["collective-timeout"].message
+
+
+def test_the_rank_a_message_states_wins_over_a_collection_prefix():
+    found = findings(**{"job.log": ["  0: " + _timeout(6)[len("[rank6]:") :]]})
+    assert found["collective-timeout"].ranks == [6]
 
 
 def test_ranks_that_all_time_out_are_not_called_alone():

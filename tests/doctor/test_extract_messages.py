@@ -112,3 +112,15 @@ def test_a_directory_that_is_not_a_clone_is_refused(tmp_path):
         text=True,
     )
     assert run.returncode == 2 and "not a git clone" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_format_the_windows_port_also_prints_cites_the_file_every_platform_builds(tmp_path):
+    repo = make_repo(tmp_path)
+    (repo / "src" / "os").mkdir()
+    for name in ("linux.cc", "windows.cc"):
+        (repo / "src" / "os" / name).write_text('void f() {\n  WARN("Accept failed: %s", e);\n}\n')
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "os")
+    git(repo, "tag", "v2.20.3-1")
+    rows = {r["format"]: r for r in extract.extract(repo, "nccl")}
+    assert "/src/os/linux.cc#L2" in rows["Accept failed: %s"]["source"]

@@ -10,6 +10,7 @@ import pytest
 from tests.support import REPO
 from trainops.doctor import analysis, catalog, parse  # noqa: F401 - analysis fills the rules
 from trainops.doctor import events as ev
+from trainops.doctor.expectation import Expectation
 from trainops.doctor.lines import clean, nccl_header
 from trainops.doctor.sources import memory_stream
 from trainops.rules import DOCTOR
@@ -181,3 +182,22 @@ def test_every_xid_of_the_table_is_decoded():
     xids = [e for e in catalog.entries() if e.component == "xid"]
     assert len(xids) >= 100 and catalog.xid(79).finding == "gpu-fault"
     assert {catalog.xid(code).finding for code in (74, 144, 145)} == {"nvswitch-fabric"}
+
+
+def test_a_specific_catalogued_error_is_said_beside_a_generic_check_finding():
+    """NCCL's own three-line NVLS warning names the fabric manager; the CUDA error it
+    carries is a cuda-fatal finding of the checks, and the catalog adds what NCCL said."""
+    lines = [
+        "h:7:9 [0] NCCL INFO comm 0x1 rank 0 nranks 8 cudaDev 0 busId 1000 - Init START",
+        "h:7:9 [0] transport/nvls.cc:167 NCCL WARN Failed to bind NVLink SHARP (NVLS) "
+        "Multicast memory of size 1073741824 : CUDA error 801 'operation not supported'.",
+        "This is usually caused by a system or configuration error in the Fabric Manager or "
+        "NVSwitches.",
+        "Do not force-enable NVLS (NCCL_NVLS_ENABLE=1) if you wish to avoid this error in the "
+        "future.",
+        "h:7:9 [0] NCCL INFO transport/nvls.cc:170 -> 1",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+    ]
+    diagnosis = analysis.diagnose([memory_stream("log", lines)], Expectation())
+    said = {f.rule for f in diagnosis.findings}
+    assert {"cuda-fatal", "nvswitch-fabric"} <= said

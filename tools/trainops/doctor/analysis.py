@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from trainops.doctor import checks  # noqa: F401 - registers the checks
+from trainops.doctor.checks import catalog as catalogued
 from trainops.doctor import events as ev
 from trainops.doctor.events import Event
 from trainops.doctor.evidence import RankRecord, records
@@ -32,7 +33,7 @@ from trainops.doctor.findings import (
 from trainops.doctor.parse import parse
 from trainops.doctor.sources import Source
 from trainops.errors import InputError
-from trainops.model import ERROR
+from trainops.model import ERROR, INFO
 from trainops.rules import RuleInfo, register
 
 NO_EVIDENCE = (
@@ -120,6 +121,8 @@ def _attempt(ctx: Context) -> list[DoctorFinding]:
                 found.append(finding)
                 explains = item.explains if result.explains is None else result.explains
                 explained = explained or explains
+    if explained:
+        found += catalogued.beside_checks(ctx, {f.rule for f in found})
     unknown = _unknown_errors(ctx)
     if not ctx.failed and not explained and unknown:
         found.append(
@@ -220,12 +223,17 @@ def diagnose(sources: Iterable[Source], expectation: Expectation) -> Diagnosis:
         found = _attempt(ctx)
         last = attempt == attempts[-1]
         errors = any(f.severity == ERROR for f in found)
+        warned = any(f.severity != INFO for f in found)
         if last and not errors and not ctx.failed and (lacking := _unproven(ctx)):
             found.append(
                 DoctorFinding(
                     UNPROVEN.id,
                     ERROR,
-                    f"the logs show no failure, but nothing shows the job worked either: {lacking}",
+                    (
+                        "nothing in the logs shows the job worked"
+                        + (" (the warnings above may be why)" if warned else "")
+                        + f": {lacking}"
+                    ),
                     UNPROVEN.fix,
                     [],
                     evidence(ctx.events[-1:]),

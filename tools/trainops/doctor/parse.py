@@ -219,10 +219,15 @@ def _stream(source: LogStream) -> Iterator[Event]:
         process = None
         if header is not None and header.host is not None:
             process = ProcessKey(header.host, header.pid)
-        rank = line.rank
+        # The rank a message states (`[Rank 6] Watchdog caught ...`) is the process's own;
+        # a collection prefix (`srun -l`'s task, a launcher's node index) only stands in
+        # for it. A communicator's rank (COMM) is not the process's when it has several.
+        rank = None
         for kind, fields in facts:
             if rank is None and isinstance(fields.get("rank"), int) and kind != ev.COMM:
                 rank = fields["rank"]
+        if rank is None:
+            rank = line.rank
             if process is not None and kind in _ONCE_PER_PROCESS:
                 if (process, kind) in once:
                     attempt += 1

@@ -106,6 +106,11 @@ def _literal_words(literal: str, glued_left: bool, glued_right: bool) -> list[st
 def compile_format(fmt: str, within: str = "") -> tuple[Pattern, list[tuple[str, ...]], int]:
     """A printf format -> (pattern, the word pairs it always prints, characters of fixed text);
     `within` is a pattern the line must show before the message."""
+    first_line = fmt.strip().split("\n", 1)[0]
+    if len(_CONVERSION.sub("", first_line).strip()) >= 12:
+        # NCCL prints a message with newlines as several log lines, the later ones without
+        # its header: the first line is the message as a reader finds it.
+        fmt = first_line
     fmt = " ".join(fmt.split())  # a run of whitespace matches any run (see below)
     parts: list[tuple[bool, str]] = []  # (is a value, pattern)
     pieces: list[tuple[str, bool, bool]] = []  # fixed text, glued to a value left / right

@@ -2,7 +2,10 @@
 CUDA message raises the finding the catalog gives it, with the catalog's meaning and fix.
 
 It runs after the checks that read a failure in depth (it is secondary): they know more
-than one line can say, so the catalog speaks only where they found nothing.
+than one line can say, so the catalog speaks where they found nothing. Where they did, it
+adds only what is specific and they did not say (`beside_checks`): a line naming the fabric
+manager, a GPU architecture or a stub driver is worth reading beside a generic CUDA error;
+generic families (an internal error, a failed system call) are not.
 """
 
 from __future__ import annotations
@@ -13,11 +16,28 @@ from trainops.doctor import catalog
 from trainops.doctor import events as ev
 from trainops.doctor.catalog import Entry
 from trainops.doctor.events import Event
-from trainops.doctor.findings import Context, Found, check, who
+from trainops.doctor.findings import CHECKS, Context, DoctorFinding, Found, check, materialise, who
 from trainops.model import ERROR, INFO
 from trainops.rules import catalog as rule_catalog
 
 FAMILIES = catalog.register_families()
+# Families that say a call failed without saying why: beside a check's finding they add
+# nothing.
+GENERIC = frozenset(
+    {
+        "nccl-warning",
+        "nccl-internal-error",
+        "nccl-system-error",
+        "nccl-invalid-usage",
+        "nccl-remote-error",
+        "nccl-out-of-memory",
+        "init-incomplete",
+        "cuda-fatal",
+        "collective-timeout",
+        "bootstrap-connect-failed",
+        "nccl-ras",
+    }
+)
 
 
 @check(
@@ -49,3 +69,13 @@ def catalogued(ctx: Context) -> Iterator[Found]:
             rule=entry.finding,
             explains=entry.severity == ERROR,
         )
+
+
+def beside_checks(ctx: Context, said: set[str]) -> list[DoctorFinding]:
+    """Catalogued errors of a specific family the checks did not report."""
+    [item] = [c for c in CHECKS if c.run is catalogued]
+    return [
+        materialise(item, found, ctx.attempt)
+        for found in catalogued(ctx)
+        if found.severity == ERROR and found.rule not in GENERIC | said
+    ]

@@ -53,8 +53,18 @@ def timeout(ctx: Context) -> Iterator[Found]:
     expected = _expected_ranks(ctx)
     timed = {r for r in first if r is not None}
     silent = sorted(set(range(expected)) - timed) if expected else []
-    others = {e.rank for e in ctx.events if e.rank is not None} - timed
-    if len(timed) == 1 and (len(silent) > 1 or (not expected and others)):
+    # One rank alone in a collective shows in the others going on: they finish, or log
+    # training steps later in the same log (line order is time order only within a file).
+    [entered] = chosen if len(chosen) == 1 else [None]
+    went_on = {
+        e.rank
+        for e in ctx.of(ev.PROGRESS, ev.FINISHED)
+        if entered is not None
+        and e.rank is not None
+        and e.rank not in timed
+        and (e.kind == ev.FINISHED or (e.source == entered.source and e.line > entered.line))
+    }
+    if len(timed) == 1 and went_on:
         [alone] = timed
         suspect = (
             f": rank {alone} alone entered it and the other ranks never called it (a "
