@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tests.support import REPO
-from trainops.doctor import analysis, catalog, parse  # noqa: F401 - analysis fills the rules
+from trainops.doctor import analysis, catalog, parse
 from trainops.doctor import events as ev
 from trainops.doctor.expectation import Expectation
 from trainops.doctor.lines import clean, nccl_header

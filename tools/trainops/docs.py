@@ -336,6 +336,11 @@ def doctor_messages() -> str:
     ]
     counts = {c: sum(1 for e in entries if e.component == c) for c in catalog.COMPONENTS}
     lines += [f"- {c}: {n} messages" for c, n in counts.items()] + [""]
+    lines += ["## Findings only the catalog raises", "", "| Finding | Severity | Checks |"]
+    lines.append("|---|---|---|")
+    for family in catalog.families().values():
+        lines.append(f"| `{family.id}` | {family.severity} | {family.title}. {family.why} |")
+    lines.append("")
     for component in catalog.COMPONENTS:
         chosen = sorted(
             (e for e in entries if e.component == component),

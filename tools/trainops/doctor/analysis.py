@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from trainops.doctor import checks  # noqa: F401 - registers the checks
-from trainops.doctor.checks import catalog as catalogued
 from trainops.doctor import events as ev
+from trainops.doctor.checks import catalog as catalogued
 from trainops.doctor.events import Event
 from trainops.doctor.evidence import RankRecord, records
 from trainops.doctor.expectation import Expectation
