@@ -122,7 +122,7 @@ def _attempt(ctx: Context) -> list[DoctorFinding]:
                 explains = item.explains if result.explains is None else result.explains
                 explained = explained or explains
     if explained:
-        found += catalogued.beside_checks(ctx, {f.rule for f in found})
+        found += catalogued.beside_checks(ctx, found)
     unknown = _unknown_errors(ctx)
     if not ctx.failed and not explained and unknown:
         found.append(

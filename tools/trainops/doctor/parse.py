@@ -37,7 +37,7 @@ _RESTART_MARKERS = ("will restart worker group", "Restarting worker group")
 # training log (progress, data loading) is not probed.
 # Facts that say only that a line reports something, or that no check reads: the catalog
 # may know what the line means.
-_UNEXPLAINED = frozenset({ev.NCCL_WARN, ev.EXCEPTION, ev.IB_ASYNC, ev.TESTS_FAILURE})
+_UNEXPLAINED = frozenset({ev.NCCL_WARN, ev.EXCEPTION, ev.IB_ASYNC, ev.TESTS_FAILURE, ev.OFI})
 _CATALOG_CUES = words(
     "NCCL",
     "NET/",

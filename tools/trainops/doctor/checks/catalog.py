@@ -71,11 +71,17 @@ def catalogued(ctx: Context) -> Iterator[Found]:
         )
 
 
-def beside_checks(ctx: Context, said: set[str]) -> list[DoctorFinding]:
-    """Catalogued errors of a specific family the checks did not report."""
+def beside_checks(ctx: Context, found: list[DoctorFinding]) -> list[DoctorFinding]:
+    """Catalogued errors of a specific family the checks did not report, on lines that are
+    not already the evidence of a finding (the checks said what those lines mean)."""
     [item] = [c for c in CHECKS if c.run is catalogued]
-    return [
-        materialise(item, found, ctx.attempt)
-        for found in catalogued(ctx)
-        if found.severity == ERROR and found.rule not in GENERIC | said
-    ]
+    said = {f.rule for f in found}
+    shown = {line for f in found for line in f.evidence}
+    extra = []
+    for result in catalogued(ctx):
+        if result.severity != ERROR or result.rule in GENERIC | said:
+            continue
+        if any(e.evidence() in shown for e in result.events):
+            continue
+        extra.append(materialise(item, result, ctx.attempt))
+    return extra

@@ -194,7 +194,16 @@ def device_unavailable(ctx: Context) -> Iterator[Found]:
     "device plugin resource) and a libfabric that matches the plugin.",
 )
 def plugin_failed(ctx: Context) -> Iterator[Found]:
-    failed = [e for e in ctx.of(ev.OFI) if not e.fields["memory"]]
+    # A plugin message the catalog gives another cause (a memory registration, an exhausted
+    # resource, a failed post) is not a missing provider: the catalog names it.
+    elsewhere = {
+        (e.source, e.line)
+        for e in ctx.of(ev.CATALOGUED)
+        if e.fields["entry"].finding not in ("net-plugin-failed", "ofi-provider-unavailable")
+    }
+    failed = [
+        e for e in ctx.of(ev.OFI) if not e.fields["memory"] and (e.source, e.line) not in elsewhere
+    ]
     if failed:
         yield Found(
             f"the NET/OFI network plugin (aws-ofi-nccl) found no usable provider on "
