@@ -98,7 +98,7 @@ def test_every_entry_is_sourced_at_a_release_and_classified():
         assert entry.severity in catalog.SEVERITIES, entry
         assert entry.meaning.strip(), entry
         assert re.match(r"https://", entry.source), entry
-        if entry.component in ("nccl", "aws-ofi-nccl", "torch"):
+        if entry.component in ("nccl", "aws-ofi-nccl", "torch", "errno"):
             assert re.search(r"/blob/(v[\d.]+[-\w]*|[0-9a-f]{40})/", entry.source), entry
         if entry.reported:
             assert entry.finding in known and rules()[entry.finding].category == DOCTOR, entry
@@ -201,3 +201,34 @@ def test_a_specific_catalogued_error_is_said_beside_a_generic_check_finding():
     diagnosis = analysis.diagnose([memory_stream("log", lines)], Expectation())
     said = {f.rule for f in diagnosis.findings}
     assert {"cuda-fatal", "nvswitch-fabric"} <= said
+
+
+def test_an_errno_text_inside_another_message_names_the_cause():
+    lines = [
+        "h:7:9 [0] NCCL INFO comm 0x1 rank 0 nranks 8 cudaDev 0 busId 1000 - Init START",
+        "h:7:9 [0] misc/socket.cc:458 NCCL WARN socketTryAccept: Accept failed: Too many open "
+        "files",
+        "h:7:9 [0] NCCL INFO misc/socket.cc:470 -> 2",
+    ]
+    diagnosis = analysis.diagnose([memory_stream("log", lines)], Expectation())
+    [finding] = [f for f in diagnosis.findings if f.rule == "open-files-limit"]
+    assert "Too many open files" in finding.message and "ulimit" in finding.fix
+
+
+def test_ipv6_refused_by_the_kernel_is_named_beside_the_store_failure():
+    line = (
+        "[W socket.cpp:697] [c10d] The client socket has failed to connect to "
+        "[node-0]:29500 (errno: 97 - Address family not supported by protocol)."
+    )
+    diagnosis = analysis.diagnose([memory_stream("log", [f"[rank1]:{line}"])], Expectation())
+    said = {f.rule for f in diagnosis.findings}
+    assert {"rendezvous-unreachable", "address-family-unsupported"} <= said
+
+
+def test_an_errno_text_on_a_line_of_no_stack_is_not_a_finding():
+    assert catalog.errno_in("tar: Too many open files") is not None
+    diagnosis = analysis.diagnose(
+        [memory_stream("log", ["node ready", "comm 0x1 rank 0 nranks 1 - Destroy COMPLETE"])],
+        Expectation(),
+    )
+    assert not any(f.rule == "open-files-limit" for f in diagnosis.findings)

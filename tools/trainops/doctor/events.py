@@ -81,6 +81,7 @@ TESTS_STARTED = "nccl-tests-started"  # nccl-tests printed its banner or rank li
 
 # The message catalog (`catalog`): a line printed from a catalogued message
 CATALOGUED = "catalogued"  # entry
+ERRNO = "errno"  # entry (the C library's error text inside a line, `catalog/errno.yaml`)
 
 # Lines no parser and no catalog entry knows
 ERROR_LINE = "error-line"  # message (a line that reports an error: a traceback, `...Error:`)

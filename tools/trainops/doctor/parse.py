@@ -162,7 +162,10 @@ def _facts(text: str, header) -> list[tuple[str, dict]]:
         entry = catalog.lookup(message)
         if entry is not None:
             facts.append((ev.CATALOGUED, {"entry": entry}))
-    return facts or _unknown(message)
+    facts = facts or _unknown(message)
+    if facts and (errno := catalog.errno_in(message)) is not None:
+        facts.append((ev.ERRNO, {"entry": errno}))
+    return facts
 
 
 def _unread(facts: list[tuple[str, dict]]) -> bool:

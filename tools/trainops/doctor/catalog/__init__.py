@@ -9,6 +9,8 @@ One YAML file per component beside this module:
   pinned torch;
 - `cuda.yaml`: the CUDA runtime and driver error names and their strings;
 - `xid.yaml`: NVIDIA's Xid table;
+- `errno.yaml`: the C library's error texts that name a cause wherever another component's
+  message carries them (`errno_in`);
 - `families.yaml`: the findings the catalog raises that no check of the doctor declares.
 
 `lookup(text)` finds the entry a message was printed from. Each printf format becomes a
@@ -27,12 +29,12 @@ from pathlib import Path
 
 import yaml
 
-from trainops.doctor.limits import Pattern
+from trainops.doctor.limits import Pattern, words
 from trainops.doctor.limits import literal as exactly
 from trainops.rules import DOCTOR, RuleInfo, register
 
 HERE = Path(__file__).parent
-COMPONENTS = ("nccl", "aws-ofi-nccl", "torch", "cuda", "xid")
+COMPONENTS = ("nccl", "aws-ofi-nccl", "torch", "cuda", "xid", "errno")
 SEVERITIES = ("error", "warning", "info", "benign", "evidence")
 # Severities that raise a finding; `benign` (healthy systems print it) and `evidence`
 # (version, transport, values read from the environment) never do.
@@ -230,8 +232,9 @@ def index() -> Index:
     cuda: dict[str, Entry] = {}
     frequency: dict[tuple[str, ...], int] = {}
     for entry in entries():
-        if entry.component == "xid":
-            xids[int(entry.key)] = entry
+        if entry.component in ("xid", "errno"):
+            if entry.component == "xid":
+                xids[int(entry.key)] = entry
             continue
         if entry.component == "cuda":
             cuda.setdefault(entry.key.lower(), entry)
@@ -251,13 +254,27 @@ def index() -> Index:
         anchored.add(entry)
     for matchers in by_anchor.values():
         matchers.sort(key=lambda m: -m.fixed)
-    unanchored = [e for e in entries() if e.component != "xid" and e not in anchored]
+    unanchored = [e for e in entries() if e.component not in ("xid", "errno") and e not in anchored]
     return Index(by_anchor, unanchored, xids, cuda)
 
 
 def cuda_error(text: str) -> Entry | None:
     """The CUDA error a name (`cudaErrorNoKernelImageForDevice`) or string stands for."""
     return index().cuda.get(text.strip().strip("'\".").lower())
+
+
+@functools.cache
+def _errno_texts() -> tuple[Pattern, dict[str, Entry]]:
+    chosen = {e.key: e for e in entries() if e.component == "errno"}
+    longest_first = sorted(chosen, key=len, reverse=True)
+    return words(*longest_first), chosen
+
+
+def errno_in(text: str) -> Entry | None:
+    """The C library error text inside a message (`... accept failed: Too many open files`)."""
+    pattern, chosen = _errno_texts()
+    found = pattern.search(text)
+    return chosen[found.group(0)] if found else None
 
 
 def xid(code: int) -> Entry | None:

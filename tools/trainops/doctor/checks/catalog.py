@@ -52,7 +52,7 @@ GENERIC = frozenset(
 )
 def catalogued(ctx: Context) -> Iterator[Found]:
     groups: dict[Entry, list[Event]] = {}
-    for event in ctx.of(ev.CATALOGUED):
+    for event in ctx.of(ev.CATALOGUED, ev.ERRNO):
         entry = event.fields["entry"]
         if entry.reported:
             groups.setdefault(entry, []).append(event)
@@ -60,9 +60,13 @@ def catalogued(ctx: Context) -> Iterator[Found]:
     for entry, events in groups.items():
         family = rules.get(entry.finding)
         fix = entry.fix or (family.fix if family else "")
+        printed = (
+            f"the line carries the C library's text '{entry.key}'"
+            if entry.component == "errno"
+            else f"{entry.component} prints this at {entry.source}"
+        )
         yield Found(
-            f"{entry.meaning.rstrip('.')} ({who(events)}; {entry.component} prints this "
-            f"at {entry.source})",
+            f"{entry.meaning.rstrip('.')} ({who(events)}; {printed})",
             events,
             fix=fix,
             severity=entry.severity,
@@ -71,17 +75,25 @@ def catalogued(ctx: Context) -> Iterator[Found]:
         )
 
 
+CONNECTION_FAILED = GENERIC | {"rendezvous-unreachable", "gloo-connect-failed", "store-timeout"}
+
+
 def beside_checks(ctx: Context, found: list[DoctorFinding]) -> list[DoctorFinding]:
     """Catalogued errors of a specific family the checks did not report, on lines that are
     not already the evidence of a finding (the checks said what those lines mean)."""
     [item] = [c for c in CHECKS if c.run is catalogued]
     said = {f.rule for f in found}
     shown = {line for f in found for line in f.evidence}
+    # An errno text still says why a line failed when the finding that read the line only
+    # says that a connection failed.
+    why_unsaid = {line for f in found if f.rule in CONNECTION_FAILED for line in f.evidence}
     extra = []
     for result in catalogued(ctx):
         if result.severity != ERROR or result.rule in GENERIC | said:
             continue
-        if any(e.evidence() in shown for e in result.events):
+        errno = all(e.kind == ev.ERRNO for e in result.events)
+        read = {e.evidence() for e in result.events} & shown
+        if read and not (errno and read <= why_unsaid):
             continue
         extra.append(materialise(item, result, ctx.attempt))
     return extra
