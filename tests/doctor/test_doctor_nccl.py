@@ -186,3 +186,34 @@ def test_logs_from_stdin_or_files_give_the_same_ranks(trainops, tmp_path, layout
     else:
         run = trainops("doctor", "nccl", "--format", "json", str(directory))
     assert [r["rank"] for r in json.loads(run.out)["ranks"]] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "error, broken",
+    [
+        ("libnccl-net.so: cannot open shared object file: No such file or directory", False),
+        (
+            "/usr/lib/libfabric.so.1: version `FABRIC_1.7' not found (required by "
+            "/opt/aws-ofi-nccl/lib/libnccl-net.so)",
+            True,
+        ),
+        ("libfabric.so.1: cannot open shared object file: No such file or directory", True),
+    ],
+    ids=["no-plugin", "symbol-version", "dependency-missing"],
+)
+def test_a_plugin_that_exists_and_fails_to_load_is_a_silent_fallback(error, broken):
+    from trainops.doctor.analysis import diagnose
+    from trainops.doctor.expectation import Expectation
+    from trainops.doctor.sources import memory_stream
+
+    lines = [
+        "h:7:9 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1000 - Init START",
+        f"h:7:9 [0] NCCL INFO NET/Plugin : Plugin load (libnccl-net.so) returned 2 : {error}",
+        "h:7:9 [0] NCCL INFO NET/IB : No device found.",
+        "h:7:9 [0] NCCL INFO Using network Socket",
+    ]
+    diagnosis = diagnose([memory_stream("log", lines)], Expectation())
+    said = {f.rule: f for f in diagnosis.findings}
+    assert ("net-plugin-failed" in said) == broken
+    if broken:
+        assert "could not be loaded" in said["net-plugin-failed"].message

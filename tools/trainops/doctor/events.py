@@ -22,6 +22,7 @@ ENV = "env"  # name, value
 VERSION = "version"  # version
 DRIVER = "cuda-driver"  # version (per-process once: a repeat means a restart)
 PLUGIN = "net-plugin"  # plugin (path or "internal")
+PLUGIN_BROKEN = "net-plugin-broken"  # error (dlopen's, for a plugin that exists)
 GDR_DISABLED = "gdr-disabled"  # hca
 ERROR_TRAIL = "error-trail"  # code (NCCL result), location
 

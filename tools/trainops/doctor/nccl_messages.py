@@ -111,6 +111,15 @@ def _setup(message: str) -> list[tuple[str, dict]]:
 
 
 def _plugin(message: str) -> list[tuple[str, dict]]:
+    if "Plugin load" in message and "returned" in message and "NET/Plugin" in message:
+        # NCCL prints dlopen's error: the plugin itself missing is a normal system without
+        # one; anything else (a dependency missing, a symbol version such as FABRIC_1.7 not
+        # found) is a plugin that exists and could not load, and NCCL falls back silently.
+        error = message.rsplit(" : ", 1)[-1]
+        missing = "No such file" in error or "cannot open shared object" in error
+        if missing and error.lstrip().startswith("libnccl-net"):
+            return [(ev.PLUGIN, {"plugin": "internal"})]
+        return [(ev.PLUGIN_BROKEN, {"error": error.strip()[:300]})]
     if message.startswith("Plugin Path : "):
         return [(ev.PLUGIN, {"plugin": message.removeprefix("Plugin Path : ").strip()})]
     if "libnccl-net.so" in message and (

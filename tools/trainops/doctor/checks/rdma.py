@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from trainops.doctor import events as ev
 from trainops.doctor.findings import Context, Found, check, who
-from trainops.model import ERROR
+from trainops.model import ERROR, WARNING
 
 # ibv_wc_status (rdma-core verbs.h): value -> (name, what it means for NCCL)
 COMPLETION_STATUS = {
@@ -204,6 +204,18 @@ def plugin_failed(ctx: Context) -> Iterator[Found]:
     failed = [
         e for e in ctx.of(ev.OFI) if not e.fields["memory"] and (e.source, e.line) not in elsewhere
     ]
+    broken = ctx.of(ev.PLUGIN_BROKEN)
+    if broken:
+        yield Found(
+            f"the NCCL network plugin exists but could not be loaded on {who(broken)} "
+            f"({broken[0].fields['error']}): NCCL went on with its internal transports, TCP "
+            "sockets where there is no InfiniBand",
+            broken,
+            severity=ERROR if ctx.failed else WARNING,
+            fix="Install what the plugin links against in the image (the libfabric or "
+            "HPC-X release it was built for; `ldd libnccl-net.so` lists what is missing), or "
+            "rebuild the plugin against the image's libraries.",
+        )
     if failed:
         yield Found(
             f"the NET/OFI network plugin (aws-ofi-nccl) found no usable provider on "
