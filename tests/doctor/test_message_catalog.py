@@ -53,9 +53,13 @@ def as_nccl_prints(entry: catalog.Entry, style: int) -> str:
 
 
 def _same_text(a: catalog.Entry, b: catalog.Entry) -> bool:
-    """Two formats that print the same text cannot be told apart by any reader."""
-    pattern, _, _ = catalog.compile_format(b.key)
-    return pattern.search(" ".join(printed(a.key).split())) is not None
+    """Two entries whose texts both match what `a` prints cannot be told apart by a reader
+    (the same format at two places, or a CUDA error's string inside torch's message)."""
+    text = " ".join(printed(a.key).split())
+    return any(
+        catalog.compile_format(fmt, within)[0].search(text) is not None
+        for fmt, within in catalog.formats_of(b)
+    )
 
 
 LINE_ENTRIES = [e for e in catalog.entries() if e.component in ("nccl", "aws-ofi-nccl")]
@@ -232,3 +236,25 @@ def test_an_errno_text_on_a_line_of_no_stack_is_not_a_finding():
         Expectation(),
     )
     assert not any(f.rule == "open-files-limit" for f in diagnosis.findings)
+
+
+def test_a_long_message_cut_after_its_first_sentence_is_recognised():
+    line = (
+        "RuntimeError: The NVIDIA driver on your system is too old (found version 11040). "
+        "Please update your GPU dri"
+    )
+    entry = catalog.lookup(line)
+    assert entry is not None and entry.finding == "cuda-driver-too-old"
+
+
+def test_cuda_errors_the_catalog_attributes_name_their_cause_not_a_generic_cuda_error():
+    lines = [
+        "[rank9]: RuntimeError: CUDA error: invalid device ordinal",
+        "[rank3]: RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable",
+        "[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered",
+    ]
+    diagnosis = analysis.diagnose([memory_stream("log", lines)], Expectation())
+    by_rule = {f.rule: f for f in diagnosis.findings}
+    assert by_rule["launch-config-invalid"].ranks == [9]
+    assert "exclusive" in by_rule["duplicate-gpu"].message
+    assert by_rule["cuda-fatal"].ranks == [1]

@@ -41,6 +41,7 @@ SEVERITIES = ("error", "warning", "info", "benign", "evidence")
 REPORTED = ("error", "warning", "info")
 MAX_WORDS = 128  # words of a line probed for an anchor
 ANCHOR_WORDS = 32  # a format's anchor is among its first words
+SENTENCE = 40  # a message longer than twice this is matched on its first sentence
 MAX_TEXT = 2000  # characters of a line a pattern may scan
 MAX_TRIES = 12  # patterns tried on one line
 
@@ -114,6 +115,11 @@ def compile_format(fmt: str, within: str = "") -> tuple[Pattern, list[tuple[str,
         # its header: the first line is the message as a reader finds it.
         fmt = first_line
     fmt = " ".join(fmt.split())  # a run of whitespace matches any run (see below)
+    # A long message is matched on its first sentence: pastes and collectors cut and wrap
+    # long lines, and the first sentence is what names the message.
+    stop = fmt.find(". ", SENTENCE)
+    if len(fmt) > 2 * SENTENCE and stop > 0:
+        fmt = fmt[: stop + 1]
     parts: list[tuple[bool, str]] = []  # (is a value, pattern)
     pieces: list[tuple[str, bool, bool]] = []  # fixed text, glued to a value left / right
     position = 0

@@ -118,14 +118,18 @@ def gpu_ecc(ctx: Context) -> Iterator[Found]:
         yield Found(f"uncorrectable ECC error on {who(ecc)}: the GPU's memory failed", ecc)
 
 
-# CUDA errors whose cause is not the program or the GPU but the build or the node's
-# software; the catalog's CUDA table says which family each error belongs to.
-_CAUSES = ("gpu-arch-unsupported", "cuda-stub-driver", "no-cuda-device", "mig-device-unsupported")
+# CUDA errors the catalog gives a cause (the CUDA table by the error, torch's messages by
+# the line): the build, the node's software, the launch. Errors it leaves generic stay
+# here; the driver, ECC and the fabric manager have checks of their own.
+_GENERIC = ("cuda-fatal", "nccl-out-of-memory", "nccl-invalid-usage", "nccl-internal-error")
+_OWN_CHECKS = ("cuda-driver-too-old", "gpu-ecc", "nvswitch-fabric")
 
 
 def _catalogued_cause(event) -> catalog.Entry | None:
-    entry = catalog.cuda_error(event.fields.get("error") or "")
-    return entry if entry is not None and entry.finding in _CAUSES else None
+    for entry in (catalog.cuda_error(event.fields.get("error") or ""), catalog.lookup(event.text)):
+        if entry is not None and entry.reported and entry.finding not in _GENERIC:
+            return None if entry.finding in _OWN_CHECKS else entry
+    return None
 
 
 def _by_entry(events) -> dict:
@@ -162,7 +166,13 @@ def cuda_fatal(ctx: Context) -> Iterator[Found]:
             "initialization error",
         )
     ]
-    named = [e for e in ctx.of(ev.CUDA_ERROR, ev.CUDA_FAILURE) if _catalogued_cause(e)]
+    named = [
+        e
+        for e in ctx.of(ev.CUDA_ERROR, ev.CUDA_FAILURE)
+        if "ECC" not in e.fields["error"].upper()
+        and "insufficient" not in e.fields["error"]
+        and _catalogued_cause(e)
+    ]
     errors = [e for e in errors if e not in named]
     rules = rule_catalog()
     for entry, events in _by_entry(named).items():
