@@ -487,8 +487,83 @@ def _restricted(with_master: bool) -> Callable[[Docs], None]:
     return change
 
 
+# -- Dynamic Resource Allocation -------------------------------------------------------------
+
+
+def _claim(name: str, device_class: str = "gpu.nvidia.com") -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "gpu", "exactly": {"deviceClassName": device_class, "count": 8}}
+                ]
+            }
+        },
+    }
+
+
+def _dra_claims(pod_claims: list[dict], container_claim: str, extra: Docs = ()) -> Callable:
+    """The baseline's PyTorchJob with its GPUs from DRA claims instead of device plugins."""
+
+    def change(docs: Docs) -> None:
+        job = next(d for d in docs if d["kind"] == "PyTorchJob")
+        for spec in job["spec"]["pytorchReplicaSpecs"].values():
+            pod = spec["template"]["spec"]
+            pod["resourceClaims"] = copy.deepcopy(pod_claims)
+            for container in pod["containers"]:
+                container["resources"]["claims"] = [{"name": container_claim}]
+        docs.extend(copy.deepcopy(list(extra)))
+
+    return edit(change)
+
+
+def _then(build: Callable[[], Docs], request: str) -> Docs:
+    docs = build()
+    _claim_request(request)(docs)
+    return docs
+
+
+def _template(name: str, count: int | None) -> dict[str, Any]:
+    claim = _claim(name)
+    exactly = claim["spec"]["devices"]["requests"][0]["exactly"]
+    if count is None:
+        del exactly["count"]
+    else:
+        exactly["count"] = count
+    return {**claim, "kind": "ResourceClaimTemplate", "spec": {"spec": claim["spec"]}}
+
+
+def _claim_request(request: str) -> Callable:
+    def change(docs: Docs) -> None:
+        job = next(d for d in docs if d["kind"] == "PyTorchJob")
+        for spec in job["spec"]["pytorchReplicaSpecs"].values():
+            for container in spec["template"]["spec"]["containers"]:
+                container["resources"]["claims"][0]["request"] = request
+
+    return change
+
+
+_PER_POD = [{"name": "gpus", "resourceClaimTemplateName": "node-gpus"}]
+_SHARED = [{"name": "gpus", "resourceClaimName": "node-gpus"}]
+
 # rule id -> (failing render, passing render)
 FIXTURES: dict[str, Pair] = {
+    "dra-claim-reference": (_dra_claims(_PER_POD, "gpu"), _dra_claims(_PER_POD, "gpus")),
+    "dra-shared-claim-replicas": (
+        _dra_claims(_SHARED, "gpus", [_claim("node-gpus")]),
+        _dra_claims(_PER_POD, "gpus"),
+    ),
+    "dra-request-count": (
+        _dra_claims(_PER_POD, "gpus", [_template("node-gpus", 0)]),
+        _dra_claims(_PER_POD, "gpus", [_template("node-gpus", 8)]),
+    ),
+    "dra-container-claim-request": (
+        lambda: _then(_dra_claims(_PER_POD, "gpus", [_template("node-gpus", 8)]), "gpus"),
+        lambda: _then(_dra_claims(_PER_POD, "gpus", [_template("node-gpus", 8)]), "gpu"),
+    ),
     "accelerate-shape": (
         _indexed(_accelerate(num_processes="8")),
         _indexed(ACCELERATE_GOOD),
@@ -719,5 +794,22 @@ MORE: dict[str, list[Pair]] = {
     ],
     "pod-security-level": [
         (edit(_restricted(with_master=True)), edit(_restricted(with_master=False))),
+    ],
+    "dra-claim-reference": [
+        (
+            _dra_claims([{"name": "gpus"}], "gpus"),
+            _dra_claims([{"name": "gpus", "resourceClaimName": "one"}], "gpus"),
+        ),
+        (
+            _dra_claims(
+                [{"name": "gpus", "resourceClaimName": "a", "resourceClaimTemplateName": "b"}],
+                "gpus",
+            ),
+            _dra_claims(_PER_POD, "gpus"),
+        ),
+    ],
+    "dra-shared-claim-replicas": [
+        # a claim not in the render is still shared by every pod that names it
+        (_dra_claims(_SHARED, "gpus"), _dra_claims(_PER_POD, "gpus")),
     ],
 }
