@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from tests.policies import areas
 from tests.policies.fixtures import (
     NAMESPACE,
     Docs,
@@ -813,3 +814,14 @@ MORE: dict[str, list[Pair]] = {
         (_dra_claims(_SHARED, "gpus"), _dra_claims(_PER_POD, "gpus")),
     ],
 }
+
+
+def _merge_areas() -> None:
+    for own, merged in ((areas.FIXTURES, FIXTURES), (areas.MORE, MORE)):
+        twice = sorted(own.keys() & merged.keys())
+        if twice:
+            raise AssertionError(f"tests/policies/areas declares again: {', '.join(twice)}")
+        merged.update(own)
+
+
+_merge_areas()
