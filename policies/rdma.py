@@ -4,24 +4,52 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from trainops import multus
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import PodTemplate, env_of, gpu_count
 
 from . import common
 
+INJECTOR = (
+    "https://github.com/k8snetworkplumbingwg/network-resources-injector/blob/"
+    "e563db6365cd88b66ee6c2848c4d5d0736d967d3/pkg/webhook/webhook.go#L379-L384"
+)
+# The SR-IOV operator deploys the injector only with SriovOperatorConfig enableInjector: true
+# (off in its chart's defaults: admissionControllers.enabled: false).
+OPERATOR_CONFIG = (
+    "https://github.com/k8snetworkplumbingwg/sriov-network-operator/blob/"
+    "1f5be4c57b77ca53af1dca655226556d31bf07b4/controllers/sriovoperatorconfig_controller.go#L110"
+)
+# Networks the SR-IOV operator turns into NADs that carry their policy's resourceName.
+SRIOV_NETWORK_KINDS = ("SriovNetwork", "SriovIBNetwork", "OVSNetwork")
+
 
 @pod_rule(
     id="rdma-resource-missing",
     severity=ERROR,
-    source="https://github.com/NVIDIA/nccl/blob/v2.27.7-1/src/transport/net_ib.cc#L749",
+    source=(
+        "https://github.com/NVIDIA/nccl/blob/v2.27.7-1/src/transport/net_ib.cc#L749",
+        INJECTOR,
+        OPERATOR_CONFIG,
+    ),
     title="Pods on an RDMA fabric request an RDMA device",
     why="The Multus annotation gives the pod an interface; the RDMA verbs device comes only "
     "from a device-plugin resource (rdma/..., an SR-IOV VF). Without it NCCL finds no IB "
-    "device and falls back to sockets.",
+    "device and falls back to sockets. The network-resources-injector adds the request of a "
+    "network whose NAD names its resource (k8s.v1.cni.cncf.io/resourceName) to the pod's "
+    "first container at admission, but only where it runs: the SR-IOV operator deploys it "
+    "with SriovOperatorConfig enableInjector: true, which its chart leaves off.",
     fix="Request the fabric's RDMA resource (the NAD's k8s.v1.cni.cncf.io/resourceName, or the "
     "profile's rdmaResource) in the training container's limits.",
     applies=common.gpu_pod,
+    when={
+        "error": "nothing adds the request: no network names a resource, the render's "
+        "SriovOperatorConfig does not enable the injector, or the GPU container is not the "
+        "first one (the injector patches only containers[0])",
+        "warning": "a network names its resource and the render does not say whether the "
+        "network-resources-injector runs",
+    },
 )
 def resource_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if pod.partial or not common.on_rdma_fabric(pod, ctx):
@@ -29,19 +57,54 @@ def resource_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     for index, container in enumerate(pod.containers):
         if gpu_count(container) and not common.rdma_resources(container):
             wanted = _wanted_resource(pod, ctx)
-            yield Violation(
-                "the container is on an RDMA fabric but requests no RDMA device"
-                + (f" ({wanted})" if wanted else ""),
-                (*pod.container_path(index), "resources"),
+            injected = _injector(ctx) if wanted and _network_resource(pod, ctx) else False
+            if injected and index == 0:
+                continue
+            message = "the container is on an RDMA fabric but requests no RDMA device" + (
+                f" ({wanted})" if wanted else ""
             )
+            if injected is None and index == 0:
+                yield Violation(
+                    message + ", unless the network-resources-injector adds it at admission "
+                    "(SR-IOV operator: SriovOperatorConfig enableInjector: true)",
+                    (*pod.container_path(index), "resources"),
+                    severity=WARNING,
+                )
+                continue
+            if injected:
+                message += " (the injector adds it to the first container only)"
+            yield Violation(message, (*pod.container_path(index), "resources"))
+
+
+def _network_resource(pod: PodTemplate, ctx: Context) -> str:
+    """The resource an attached network names: its NAD's annotation, or the SR-IOV
+    operator network (the NAD it generates is not in the render) it comes from."""
+    for attachment, nad in common.attached_nads(pod, ctx):
+        if nad is not None:
+            annotations = nad.metadata.get("annotations") or {}
+            if annotations.get(multus.RESOURCE_ANNOTATION):
+                return str(annotations[multus.RESOURCE_ANNOTATION])
+            continue
+        for kind in SRIOV_NETWORK_KINDS:
+            network = ctx.find(kind, attachment.name)
+            if network is not None and (network.obj.get("spec") or {}).get("resourceName"):
+                return str(network.obj["spec"]["resourceName"])
+    return ""
+
+
+def _injector(ctx: Context) -> bool | None:
+    """Whether the network-resources-injector runs: the render's SriovOperatorConfig says
+    (None: the render does not hold one)."""
+    configs = ctx.of_kind("SriovOperatorConfig")
+    if not configs:
+        return None
+    return any((c.obj.get("spec") or {}).get("enableInjector") is True for c in configs)
 
 
 def _wanted_resource(pod: PodTemplate, ctx: Context) -> str:
-    for _, nad in common.attached_nads(pod, ctx):
-        if nad is not None:
-            name = (nad.metadata.get("annotations") or {}).get("k8s.v1.cni.cncf.io/resourceName")
-            if name:
-                return str(name)
+    found = _network_resource(pod, ctx)
+    if found:
+        return found
     return ctx.profile.rdmaResource if ctx.profile is not None else ""
 
 

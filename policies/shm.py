@@ -74,10 +74,18 @@ def _why_shared(pod: PodTemplate) -> str:
 @pod_rule(
     id="dev-shm-missing",
     severity=ERROR,
-    source="https://github.com/NVIDIA/nccl/blob/v2.27.7-1/src/misc/shmutils.cc#L87",
+    source=(
+        # each rank's proxy maps an ops pool of MAX_OPS_PER_PEER x NCCL_MAX_LOCAL_RANKS ops
+        # (tens of MiB at 2.27) in /dev/shm for a transport with proxy progress (the network)
+        "https://github.com/NVIDIA/nccl/blob/v2.27.7-1/src/proxy.cc#L1328-L1336",
+        "https://github.com/NVIDIA/nccl/blob/v2.27.7-1/src/include/proxy.h#L199-L208",
+        "https://github.com/NVIDIA/nccl/blob/v2.27.7-1/src/misc/shmutils.cc#L87",
+    ),
     title="Pods whose processes share memory mount a memory-backed /dev/shm",
     why="A container's /dev/shm defaults to 64 MiB. NCCL between the GPUs of one container "
-    "creates its shared-memory segments there and DataLoader worker processes pass batches "
+    "creates its shared-memory segments there (each rank's proxy maps a pool of tens of MiB "
+    "for its network connections, so three ranks of a multi-node job already fail to extend "
+    "it) and DataLoader worker processes pass batches "
     "through it: both outgrow 64 MiB and fail (bus errors, 'failed to extend /dev/shm') "
     "while the pod looks healthy. A one-GPU pod without DataLoader workers does not need it; "
     "for a multi-GPU program not known to use NCCL the finding is a warning. "
