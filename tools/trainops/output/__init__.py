@@ -3,11 +3,32 @@ workflow annotations."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from trainops.report import Report
 
 FORMATS = ("text", "json", "junit", "sarif", "github")
+
+# C0 and C1 controls but the tab, the Unicode line and paragraph separators, lone
+# surrogates and the two non-characters XML 1.0 refuses.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
+def printable(text: str) -> str:
+    """`text` on one line with every control character spelled as an escape (`\\n`,
+    `\\x1b`). Keys, values and paths of the input reach the reports: a raw newline would
+    let a manifest forge lines (a CI runner reads `::error` on any line of the log), an
+    escape sequence would drive the terminal, and XML refuses most controls outright."""
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
 
 
 def reporter(name: str) -> Callable[[Report], str]:

@@ -9,6 +9,7 @@ LF everywhere; `:` and `,` in properties too).
 from __future__ import annotations
 
 from trainops.model import ERROR, WARNING, Finding
+from trainops.output import printable
 from trainops.report import Report, summary_line
 
 _COMMANDS = {ERROR: "error", WARNING: "warning"}
@@ -26,13 +27,13 @@ def _annotation(finding: Finding) -> str:
         properties["line"] = str(finding.line)
     properties["title"] = f"trainops {finding.rule}"
     subject = " ".join(part for part in (finding.resource, finding.path) if part)
-    message = f"{subject}: {finding.message}" if subject else finding.message
+    message = printable(f"{subject}: {finding.message}" if subject else finding.message)
     if finding.profile_key:
-        message += f"\nGenerated from {finding.profile_location}."
+        message += "\nGenerated from " + printable(finding.profile_location) + "."
     if finding.fix:
-        message += f"\nFix: {finding.fix}"
+        message += "\nFix: " + printable(finding.fix)
     if finding.outside_target:
-        message += f"\nRendered in {finding.source}."
+        message += "\nRendered in " + printable(finding.source) + "."
     joined = ",".join(f"{key}={_property(value)}" for key, value in properties.items())
     command = _COMMANDS.get(finding.severity, "notice")
     return f"::{command} {joined}::{_data(message)}"
@@ -43,4 +44,4 @@ def _data(value: str) -> str:
 
 
 def _property(value: str) -> str:
-    return _data(value).replace(":", "%3A").replace(",", "%2C")
+    return _data(printable(value)).replace(":", "%3A").replace(",", "%2C")

@@ -13,6 +13,7 @@ from collections import defaultdict
 
 from trainops.errors import InputError
 from trainops.model import Finding
+from trainops.output import printable
 from trainops.report import SKIPPED, Report
 
 RENDER_CASE = "(render)"
@@ -30,17 +31,19 @@ def render(report: Report) -> str:
         ]
         if RENDER_CASE in by_resource:
             cases.insert(0, (RENDER_CASE, "render", "valid"))
-        suite = ET.SubElement(root, "testsuite", name=target_report.target.path)
+        suite = ET.SubElement(root, "testsuite", name=printable(target_report.target.path))
         failures = skipped = 0
         for name, classname, status in cases:
-            case = ET.SubElement(suite, "testcase", name=name, classname=classname)
+            case = ET.SubElement(
+                suite, "testcase", name=printable(name), classname=printable(classname)
+            )
             findings = by_resource.pop(name, [])
             errors = [f for f in findings if report.fails(f)]
             others = [f for f in findings if not report.fails(f)]
             if errors:
                 failures += 1
                 failure = ET.SubElement(
-                    case, "failure", message=errors[0].message, type=errors[0].rule
+                    case, "failure", message=printable(errors[0].message), type=errors[0].rule
                 )
                 failure.text = "\n".join(_line(f) for f in errors)
             elif status == SKIPPED:
@@ -66,17 +69,19 @@ def render(report: Report) -> str:
 def _line(finding: Finding) -> str:
     where = f"{finding.location} {finding.path}".strip()
     fix = f" (fix: {finding.fix})" if finding.fix else ""
-    return f"{finding.severity} [{finding.rule}] {where}: {finding.message}{fix}"
+    return printable(f"{finding.severity} [{finding.rule}] {where}: {finding.message}{fix}")
 
 
 def render_error(error: InputError) -> str:
     """The report of a run whose input could not be read: one suite, one error case."""
     root = ET.Element("testsuites", name="trainops validate", tests="1", failures="0")
     root.set("errors", "1")
-    suite = ET.SubElement(root, "testsuite", name=error.file or "input", tests="1")
+    suite = ET.SubElement(root, "testsuite", name=printable(error.file or "input"), tests="1")
     suite.set("failures", "0")
     suite.set("errors", "1")
     case = ET.SubElement(suite, "testcase", name="(input)", classname="input")
-    ET.SubElement(case, "error", message=error.message, type="unreadable-input").text = str(error)
+    ET.SubElement(
+        case, "error", message=printable(error.message), type="unreadable-input"
+    ).text = printable(str(error))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from trainops.model import ERROR, INFO, WARNING
+from trainops.output import printable
 from trainops.report import Report, summary_line
 
 _COLOURS = {ERROR: "red", WARNING: "yellow"}
@@ -29,12 +30,14 @@ def render(
         subject = f"{subject}: " if subject else ""
         via = f" (via {finding.source})" if finding.outside_target else ""
         lines.append(
-            f"{finding.location}: {severity}: {subject}{finding.message} [{finding.rule}]{via}"
+            printable(f"{finding.location}: ")
+            + severity
+            + printable(f": {subject}{finding.message} [{finding.rule}]{via}")
         )
         if finding.profile_key:
-            lines.append(f"    generated from: {finding.profile_location}")
+            lines.append(printable(f"    generated from: {finding.profile_location}"))
         if finding.fix:
-            lines.append(f"    fix: {finding.fix}")
+            lines.append(printable(f"    fix: {finding.fix}"))
     hidden = report.count(INFO) if not show_info and not quiet else 0
     lines.append(summary_line(report) + (" (shown with --show-info)" if hidden else ""))
     return "\n".join(lines) + "\n"
