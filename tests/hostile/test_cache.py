@@ -1,10 +1,11 @@
 """The cache is never wrong, and never a reason to fail.
 
 Classes: "stale PASS from the cache" (files read through generator and transformer
-configs, inline or in files, components, symlinks, bases two levels up were not in the
-key) and "a corrupt cache entry" (a traceback on every later run). The property test
-mutates, one at a time, every file under a realistic set of overlays and asserts that
-the cached render always equals the `--no-cache` one.
+configs, inline or in files, components, symlinks, bases two levels up, and files under
+venv/, .venv/ or node_modules/ that a field names were not in the key) and "a corrupt
+cache entry" (a traceback on every later run). The property test mutates, one at a time,
+every file under a realistic set of overlays and asserts that the cached render always
+equals the `--no-cache` one.
 """
 
 from __future__ import annotations
@@ -74,8 +75,19 @@ TREE = {
         "  options: {create: true}\n"
     ),
     "overlays/x/runs/r1/kustomization.yaml": (
-        "resources:\n- ../../../../base/app\nnameSuffix: -MARK\npatches:\n- path: run.yaml\n"
+        "resources:\n- ../../../../base/app\n- node_modules/cm.yaml\nnameSuffix: -MARK\n"
+        "patches:\n- path: run.yaml\n- path: .venv/p.yaml\n"
+        "configMapGenerator:\n- name: v\n  files:\n  - key=venv/v.txt\n"
     ),
+    # Inputs in directories the trees hashed leave out: named by a field, they count.
+    "overlays/x/runs/r1/node_modules/cm.yaml": (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: modules\ndata: {k: MARK}\n"
+    ),
+    "overlays/x/runs/r1/.venv/p.yaml": (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\n"
+        "  annotations: {from-venv: MARK}\n"
+    ),
+    "overlays/x/runs/r1/venv/v.txt": "MARK\n",
     "overlays/x/runs/r1/run.yaml": (
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\n"
         "  annotations: {run: MARK}\n"

@@ -56,7 +56,9 @@ _TRANSFORMER_FIELDS = frozenset(
 _PLUGIN_LISTS = ("generators", "transformers", "validators")
 _PATH_LISTS = ("patchesStrategicMerge", "crds", "configurations")
 _PATH_ENTRIES = ("patches", "patchesJson6902", "replacements")
-# Directories no build reads (kustomize would need an explicit path into them).
+# Directories left out of the trees hashed (virtual environments, dependencies: thousands
+# of files no build reads). A build reaches into them only through a path some field
+# names, and every such path is an input of its own (`local_path`, `generator_sources`).
 _SKIPPED_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__"})
 
 MAX_INPUT_FILES = 20_000
@@ -158,6 +160,7 @@ class _Walk:
                 self.reference(directory, kfile, text, field_name, index, entry)
         if not _GENERATOR_FIELDS.isdisjoint(spec):
             self.transformation()
+            self.generator_sources(directory, spec)
         for field_name in _COMPONENT_LISTS:
             for index, entry in _indexed_strings(spec, field_name):
                 self.reference(directory, kfile, text, field_name, index, entry)
@@ -246,7 +249,28 @@ class _Walk:
             )
         if not target.exists():
             raise InputError(f"{field_name} entry '{entry}' does not exist", *where())
+        if target.is_file():
+            self.add_file(target)
         return target
+
+    def generator_sources(self, directory: Path, spec: dict[str, Any]) -> None:
+        """The files configMapGenerator and secretGenerator entries read (`files`, `envs`,
+        `env`). One that is missing or outside is left for kustomize to report."""
+        for field_name in sorted(_GENERATOR_FIELDS):
+            entries = spec.get(field_name)
+            for entry in entries if isinstance(entries, list) else []:
+                if not isinstance(entry, dict):
+                    continue
+                named = [*_strings(entry.get("files")), *_strings(entry.get("envs"))]
+                named += _strings([entry.get("env")])
+                for source in named:
+                    path = source.rpartition("=")[2]
+                    try:
+                        target = (directory / path).resolve()
+                    except (OSError, RuntimeError):
+                        continue
+                    if self.allowed(target) and target.is_file():
+                        self.add_file(target)
 
     def tree(self, directory: Path, kfile: Path) -> None:
         """Every regular file under a kustomization directory (the files it may read)."""
@@ -335,6 +359,10 @@ def _indexed_strings(spec: dict[str, Any], key: str) -> list[tuple[int, str]]:
     if not isinstance(value, list):
         return []
     return [(index, item) for index, item in enumerate(value) if isinstance(item, str)]
+
+
+def _strings(value: Any) -> list[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
 def iter_strings(value: Any):
