@@ -19,6 +19,7 @@ from __future__ import annotations
 import multiprocessing
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -334,11 +335,13 @@ class Validation:
     def _validate_in_processes(
         self, jobs: list[Job], progress: Progress | None
     ) -> list[TargetReport]:
-        """Validate groups of jobs in worker processes; results in job order."""
+        """Validate groups of jobs in worker processes; results in job order. The groups
+        of a worker that dies (killed, out of memory) are validated here instead."""
         groups = _groups(jobs, self.renderer.jobs)
         position = {id(job): i for i, job in enumerate(jobs)}
         reports: list[TargetReport | None] = [None] * len(jobs)
         errors: dict[int, InputError] = {}
+        orphaned: list[list[Job]] = []
         settings = (self.renderer.options, self.cache.root, self.options)
         context = multiprocessing.get_context("spawn")
         workers = min(self.renderer.jobs, len(groups))
@@ -351,10 +354,21 @@ class Validation:
                 except InputError as exc:
                     errors[min(position[id(job)] for job in group)] = exc
                     continue
+                except BrokenProcessPool:
+                    orphaned.append(group)
+                    continue
                 for job, report in zip(group, done, strict=True):
                     reports[position[id(job)]] = report
                 if progress is not None:
                     progress.advance(len(group))
+        for group in sorted(orphaned, key=lambda g: min(position[id(job)] for job in g)):
+            try:
+                done = self.validate_jobs(group, progress)
+            except InputError as exc:
+                errors[min(position[id(job)] for job in group)] = exc
+                continue
+            for job, report in zip(group, done, strict=True):
+                reports[position[id(job)]] = report
         if errors:
             raise errors[min(errors)]
         return [r for r in reports if r is not None]
