@@ -272,3 +272,33 @@ def test_a_profile_that_is_a_link_out_of_the_repository(workspace: Path, tmp_pat
     outcome = run_cli(*EDIT, cwd=workspace)
     assert_handled(outcome)
     assert outside.read_text() == before  # an edit never writes through a link
+
+
+def _tree(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()
+    }
+
+
+@pytest.mark.parametrize(
+    ("linked", "command"),
+    [
+        ("overlays/lab-tcp", EDIT),
+        ("overlays/lab-tcp", ("new-run", "--nodes", "2", "lab-tcp", "r-linked")),
+        ("overlays", ("new-cluster", "linked-cluster", "--from", "overlays/lab-tcp/cluster.yaml")),
+    ],
+    ids=["set", "new-run", "new-cluster"],
+)
+def test_edits_never_write_through_a_linked_directory(
+    workspace: Path, tmp_path: Path, linked: str, command: tuple[str, ...]
+):
+    """A directory of the repository replaced by a link to one elsewhere: the edit is
+    refused and writes nothing there."""
+    directory = workspace / linked
+    outside = tmp_path / "elsewhere"
+    directory.rename(outside)
+    os.symlink(outside, directory)
+    before = _tree(outside)
+    outcome = run_cli(*command, cwd=workspace)
+    assert_refused(outcome, "symbolic link", "outside the repository")
+    assert _tree(outside) == before

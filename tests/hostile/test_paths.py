@@ -240,3 +240,32 @@ def test_entry_lines_are_located_only_for_an_error(repo: Path, monkeypatch):
         collect_inputs(repo / "o", None)
     assert error.value.line == 22 and "missing.yaml" in error.value.message
     assert len(located) == 1
+
+
+@pytest.mark.parametrize("command", ["render", "validate"])
+@pytest.mark.parametrize("given", ["link-dir", "link-file.yaml", "."])
+def test_targets_linked_out_of_the_repository_are_refused(tmp_path: Path, command, given):
+    """A target given (or found) through a symbolic link that leads out of the repository
+    is refused before anything is rendered, printed or cached."""
+    outside = tmp_path / "elsewhere"
+    write(outside / "kustomization.yaml", "resources:\n- secret.yaml\n")
+    write(outside / "secret.yaml", SECRET)
+    root = tmp_path / "repo"
+    (root / ".git").mkdir(parents=True)
+    os.symlink(outside, root / "link-dir")
+    os.symlink(outside / "secret.yaml", root / "link-file.yaml")
+    cache = tmp_path / "cache"
+    outcome = run_cli(command, given, cwd=root, cache=cache)
+    assert_refused(outcome, "symbolic link", "outside the repository")
+    assert "hunter2" not in outcome.out + outcome.err
+    assert not cache.exists() or not any(p.is_file() for p in cache.rglob("*"))
+
+
+def test_links_inside_the_repository_still_work(tmp_path: Path):
+    root = tmp_path / "repo"
+    write(root / "o" / "cm.yaml", CONFIGMAP.format(name="ok"))
+    write(root / "o" / "kustomization.yaml", "resources:\n- cm.yaml\n")
+    (root / ".git").mkdir()
+    os.symlink(root / "o", root / "alias")
+    outcome = run_cli("render", "--no-cache", "alias", cwd=root)
+    assert outcome.code == 0 and "name: ok" in outcome.out

@@ -260,7 +260,7 @@ def set_profile(overlay, assignments, dry_run):
     with edit_lock(root):
         changes = plan_set(root, name, parsed)
         if changes and not dry_run:
-            result = apply_changes(changes)
+            result = apply_changes(root, changes)
     click.echo(unified_diff(changes, root), nl=False)
     if not changes:
         click.echo(f"unchanged: overlays/{name} already has these settings")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from trainops import rules as catalog
 from trainops.model import INFO, Document, Finding
 from trainops.policy.registry import SECURITY, Rule
-from trainops.render.inputs import repository_root
+from trainops.render.discover import repository_root
 from trainops.report import EXEMPTION_IN_EFFECT
 
 if TYPE_CHECKING:

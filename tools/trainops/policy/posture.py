@@ -28,7 +28,7 @@ from trainops.model import ERROR, INFO, SEVERITIES, WARNING, Document
 from trainops.policy.context import Context
 from trainops.policy.pods import dicts, mapping
 from trainops.profile.tenancy import PARAMS
-from trainops.render.inputs import repository_root
+from trainops.render.discover import repository_root
 
 # Host paths node agents mount: the kubelet (device plugins, pod resources, plugins),
 # the container runtimes and CDI, CNI binaries and configuration, drivers and kernel

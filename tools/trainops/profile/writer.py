@@ -130,9 +130,15 @@ def _write_cluster(root: Path, name: str, values: dict[str, Any], force: bool) -
         changes = plan_overlay(root, name, profile)
         if current != values:
             changes.append(FileChange(existing, existing.read_text(), profile_text(values)))
-        return apply_changes(changes + plan_projects(root, profile))
+        return apply_changes(root, changes + plan_projects(root, profile))
     files = {PROFILE: profile_text(values), **generate(profile)}
     projects = plan_projects(root, profile)
+    real = directory.parent.resolve()
+    if not real.is_relative_to(root.resolve()):
+        raise InputError(
+            f"overlays/ leads to {real} through a symbolic link, outside the repository "
+            f"({root.resolve()}); nothing was changed"
+        )
     staging = None
     try:
         directory.parent.mkdir(parents=True, exist_ok=True)
@@ -147,7 +153,7 @@ def _write_cluster(root: Path, name: str, values: dict[str, Any], force: bool) -
         staging = None
         result = WriteResult(written=[directory / relative for relative in files])
         try:
-            result.merge(apply_changes(projects))
+            result.merge(apply_changes(root, projects))
         except InputError:
             shutil.rmtree(directory, ignore_errors=True)
             raise
@@ -186,11 +192,21 @@ def plan_overlay(root: Path, name: str, profile: ClusterProfile) -> list[FileCha
     return changes
 
 
-def apply_changes(changes: list[FileChange]) -> WriteResult:
-    """Write every change in `_write_order`, all or nothing.
+def apply_changes(root: Path, changes: list[FileChange]) -> WriteResult:
+    """Write every change in `_write_order`, all or nothing, inside the repository `root`.
 
-    A write that fails puts back the files already changed and raises InputError.
+    A change whose path leads out of `root` (a symbolic link on the way) is refused before
+    anything is written; a write that fails puts back the files already changed. Both
+    raise InputError.
     """
+    base = root.resolve()
+    for change in changes:
+        real = change.path.resolve()
+        if not real.is_relative_to(base):
+            raise InputError(
+                f"{display_path(change.path)} leads to {real} through a symbolic link, outside "
+                f"the repository ({base}); nothing was changed"
+            )
     result = WriteResult()
     done: list[FileChange] = []
     try:
@@ -303,7 +319,7 @@ def _write_run(root: Path, cluster: str, run: str, options: RunOptions, force: b
         target = directory / name
         old = target.read_text() if target.is_file() else None
         changes.append(FileChange(target, old, text))
-    return apply_changes(changes)
+    return apply_changes(root, changes)
 
 
 def _record(result: WriteResult, path: Path, written: bool) -> None:

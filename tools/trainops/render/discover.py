@@ -6,6 +6,10 @@ are not part of any kustomization are targets of their own. Files inside a
 kustomization's directory tree are its inputs (patches, profiles), never
 targets, but nested kustomizations (an overlay's `runs/`) are. A directory
 holding a Chart.yaml is a Helm chart: one target, rendered by helm.
+
+A target reached through a symbolic link stays inside the repository the link is in:
+a link to a directory or file elsewhere on the machine is refused, not rendered,
+printed or cached.
 """
 
 from __future__ import annotations
@@ -49,6 +53,29 @@ def display_path(path: Path | str) -> str:
         return str(path)
 
 
+def repository_root(directory: Path) -> Path:
+    """The root paths of a build must stay under: the trainops project (a pyproject.toml
+    with [tool.trainops]) or Git repository holding `directory`; else the working
+    directory when `directory` is below it. A directory in no repository and outside
+    the working directory has no root to stay in but the filesystem's: there only
+    kustomize's own load restrictor applies."""
+    directory = directory.resolve()
+    git_root = None
+    for candidate in (directory, *directory.parents):
+        pyproject = candidate / "pyproject.toml"
+        try:
+            if pyproject.is_file() and "[tool.trainops]" in pyproject.read_text(errors="replace"):
+                return candidate
+        except OSError:
+            pass
+        if git_root is None and (candidate / ".git").exists():
+            git_root = candidate
+    if git_root is not None:
+        return git_root
+    cwd = Path.cwd().resolve()
+    return cwd if directory.is_relative_to(cwd) else Path(directory.anchor)
+
+
 def discover(paths: Iterable[str], exclude: Iterable[Path] = ()) -> list[Target]:
     """Targets under `paths`, in a stable order, each listed once."""
     excluded = [p.resolve() for p in exclude]
@@ -68,15 +95,33 @@ def discover(paths: Iterable[str], exclude: Iterable[Path] = ()) -> list[Target]
         path = Path(raw)
         if not path.exists():
             raise InputError("no such file or directory", raw)
+        _confined(path, raw)
         if path.is_file():
             if path.name in KUSTOMIZATION_NAMES:
                 add("kustomization", path.parent)
             else:
                 add("file", path)
             continue
+        boundary = repository_root(path)
         for kind, found in _walk(path, excluded):
+            if found.is_symlink():
+                _confined(found, display_path(found), boundary)
             add(kind, found)
     return targets
+
+
+def _confined(path: Path, shown: str, boundary: Path | None = None) -> None:
+    """Refuse `path` when a symbolic link on the way leads out of the repository holding
+    the place it was given at (`boundary`, else found from the link's own directory)."""
+    given = Path(os.path.abspath(path))
+    real = path.resolve()
+    if real == given:
+        return
+    boundary = boundary or repository_root(given.parent)
+    if not real.is_relative_to(boundary):
+        raise InputError(
+            f"a symbolic link leads to {real}, outside the repository ({boundary})", shown
+        )
 
 
 def _walk(top: Path, excluded: list[Path]) -> Iterable[tuple[str, Path]]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from trainops.errors import InputError
-from trainops.render.discover import kustomization_file
+from trainops.render.discover import kustomization_file, repository_root
 from trainops.render.remote import RemoteRef, is_remote, parse_remote, resolve_in_mirror
 from trainops.yamlio import load_yaml_mapping, locate, read_text
 
@@ -99,29 +99,6 @@ class InputGraph:
     # or transformer ran before it was met (with the built-in schema).
     schema: tuple[str, str] | None = None
     transformed_before_schema: bool = False
-
-
-def repository_root(directory: Path) -> Path:
-    """The root paths of a build must stay under: the trainops project (a pyproject.toml
-    with [tool.trainops]) or Git repository holding `directory`; else the working
-    directory when `directory` is below it. A directory in no repository and outside
-    the working directory has no root to stay in but the filesystem's: there only
-    kustomize's own load restrictor applies."""
-    directory = directory.resolve()
-    git_root = None
-    for candidate in (directory, *directory.parents):
-        pyproject = candidate / "pyproject.toml"
-        try:
-            if pyproject.is_file() and "[tool.trainops]" in pyproject.read_text(errors="replace"):
-                return candidate
-        except OSError:
-            pass
-        if git_root is None and (candidate / ".git").exists():
-            git_root = candidate
-    if git_root is not None:
-        return git_root
-    cwd = Path.cwd().resolve()
-    return cwd if directory.is_relative_to(cwd) else Path(directory.anchor)
 
 
 class _Walk:

@@ -32,8 +32,7 @@ from typing import Any
 from trainops.errors import InputError
 from trainops.model import ERROR, WARNING, Document, Finding, json_path
 from trainops.render import templates
-from trainops.render.discover import display_path, kustomization_file
-from trainops.render.inputs import repository_root
+from trainops.render.discover import display_path, kustomization_file, repository_root
 from trainops.rules import RuleInfo, register
 from trainops.yamlio import RepeatedKeyAt, load_documents, load_yaml_mapping
 
