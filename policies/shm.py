@@ -96,9 +96,11 @@ def _why_shared(pod: PodTemplate) -> str:
     applies=shares_memory,
     when={
         "error": "no /dev/shm volume and the pod runs DataLoader workers, or two or more GPUs "
-        "of one container under a kind or program known to use NCCL",
-        "warning": "two or more GPUs in one container of a program not known to use NCCL, or "
-        "hostIPC: true in place of a /dev/shm volume (the node's shared memory, see host-ipc)",
+        "of one container under a kind or program known to use NCCL, in a job of several "
+        "pods (NCCL's network connections)",
+        "warning": "two or more GPUs in one container of a program not known to use NCCL or "
+        "of a single-pod job, or hostIPC: true in place of a /dev/shm volume (the node's "
+        "shared memory, see host-ipc)",
     },
 )
 def dev_shm_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
@@ -114,7 +116,9 @@ def dev_shm_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
         )
     else:
         dataloader = any(commandline.dataloader_workers(c) for c in pod.containers)
-        certain = dataloader or uses_nccl(pod)
+        # The proxy pools are mapped for network connections: a job on one node whose
+        # GPUs reach each other over P2P may fit in 64 MiB.
+        certain = dataloader or (uses_nccl(pod) and common.multi_node(pod, ctx))
         yield Violation(
             f"no volume is mounted at /dev/shm (containers get 64 MiB) and {_why_shared(pod)}",
             pod.path,
