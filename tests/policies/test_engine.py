@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 from dataclasses import replace
 from datetime import date
@@ -84,6 +85,42 @@ exemptions:
     )
     settings = load_settings(config)
     assert "dev-shm-missing" not in rules_of(run(NO_SHM(), settings))
+
+
+def _run_at(docs, path: str, settings):
+    documents = [Document(obj=d, source=path) for d in docs]
+    return evaluate(Context(Target("kustomization", path), documents), settings)
+
+
+@pytest.mark.parametrize(
+    ("paths", "place", "exempt"),
+    [
+        ("", "overlays/prod/runs/r1", False),  # a run never inherits the platform's
+        ("", "overlays/prod", True),
+        ("paths: [overlays/prod/runs/r1]\n", "overlays/prod/runs/r1", True),
+        ("paths: [overlays/prod/runs/r1]\n", "overlays/prod/runs/r2", False),
+        ("paths: [overlays/prod/runs/r1]\n", "overlays/prod", False),
+    ],
+)
+def test_config_exemptions_hold_where_they_say(tmp_path: Path, paths, place, exempt):
+    """An exemption is bound to where the object is rendered, not its name alone: a run
+    defining an object with a platform object's kind, namespace and name does not
+    inherit the platform's exemption."""
+    (tmp_path / ".git").mkdir()
+    config = write_settings(
+        tmp_path,
+        "exemptions:\n- rule: dev-shm-missing\n  resources: [PyTorchJob/training/*]\n"
+        "  reason: the platform's smoke test\n  expires: 2999-01-01\n  " + paths,
+    )
+    settings = load_settings(config)
+    previous = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        (tmp_path / place).mkdir(parents=True)
+        found = rules_of(_run_at(NO_SHM(), place, settings))
+    finally:
+        os.chdir(previous)
+    assert ("dev-shm-missing" not in found) == exempt
 
 
 def test_expired_exemption_is_an_error_and_no_longer_exempts(tmp_path: Path):

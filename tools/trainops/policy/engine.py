@@ -44,7 +44,7 @@ def evaluate(ctx: Context, settings: PolicySettings) -> list[Finding]:
     for rule, doc, pod, violation in found:
         severity, violation = _severity(rule, doc, violation, ctx, settings)
         finding = _finding(rule, doc, pod, violation, severity, ctx.target)
-        grant = granted(rule, doc, settings, ctx.annotations_trusted) if doc else None
+        grant = granted(rule, doc, settings, ctx) if doc else None
         if grant is None:
             findings.append(finding)
         else:

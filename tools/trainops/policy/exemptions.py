@@ -1,7 +1,10 @@
 """Exemptions: who may silence a rule for a resource, and how what they silence is shown.
 
 The policy config's exemptions (policies/config.yaml, with a reason and an expiry) hold
-for every rule. A resource's own `trainops.dev/exempt-<rule>` annotation holds for
+for every rule, on the resources they name where those are rendered: under the paths the
+exemption lists, or, when it lists none, anywhere but in a run (a run could otherwise
+define an object with a platform component's kind, namespace and name and inherit its
+exemptions). A resource's own `trainops.dev/exempt-<rule>` annotation holds for
 ordinary rules, and for security rules only under a path the config lists (never in a
 run): otherwise a change could open the gate that is checking it. Every exemption in
 effect is reported as an `exemption-in-effect` info finding.
@@ -46,9 +49,24 @@ class Exemption:
     resources: tuple[str, ...]  # resource ids; "*" matches any part
     expires: date | None = None
     where: str = "policy config"  # file:line that grants it, shown with every use
+    # Repository-relative paths (each covers what is below it) of the renders it holds in;
+    # none: every render but a run's.
+    paths: tuple[str, ...] = ()
 
-    def covers(self, resource: str) -> bool:
+    def covers(self, resource: str, render_path: str | None, in_run: bool) -> bool:
+        if self.paths:
+            if render_path is None or not _under(render_path, self.paths):
+                return False
+        elif in_run:
+            return False
         return any(_id_matches(pattern, resource) for pattern in self.resources)
+
+
+def _under(relative: str, patterns: tuple[str, ...]) -> bool:
+    return any(
+        fnmatchcase(relative, pattern) or relative.startswith(pattern.rstrip("/") + "/")
+        for pattern in patterns
+    )
 
 
 def _id_matches(pattern: str, resource: str) -> bool:
@@ -61,28 +79,38 @@ def annotations_trusted(ctx: Context, settings: PolicySettings) -> bool:
     when its path is one the platform's policy config lists, and never for a run."""
     if ctx.is_run or not settings.annotation_paths:
         return False
-    path = Path(ctx.target.path)
-    try:
-        relative = path.resolve().relative_to(repository_root(path)).as_posix()
-    except (ValueError, OSError, RuntimeError):
-        return False
-    return any(
-        fnmatchcase(relative, pattern) or relative.startswith(pattern.rstrip("/") + "/")
-        for pattern in settings.annotation_paths
-    )
+    relative = render_path(ctx)
+    return relative is not None and _under(relative, settings.annotation_paths)
+
+
+def render_path(ctx: Context) -> str | None:
+    """The render's path relative to its repository (None outside one)."""
+
+    def relative() -> str | None:
+        path = Path(ctx.target.path)
+        try:
+            return path.resolve().relative_to(repository_root(path)).as_posix()
+        except (ValueError, OSError, RuntimeError):
+            return None
+
+    return ctx.memo(("repository-path",), relative)
 
 
 def granted(
-    rule: Rule, doc: Document, settings: PolicySettings, trusted: bool
+    rule: Rule, doc: Document, settings: PolicySettings, ctx: Context
 ) -> tuple[str, str] | None:
     """(reason, who granted it) when an exemption covers `rule` on `doc`.
 
-    The policy config's exemptions hold for every rule. A resource's own annotation
-    holds for ordinary rules, and for security rules only where `trusted`: otherwise a
-    change could open the gate that is checking it.
+    The policy config's exemptions hold for every rule, where they say (module
+    docstring). A resource's own annotation holds for ordinary rules, and for security
+    rules only where the render's annotations are trusted: otherwise a change could open
+    the gate that is checking it.
     """
+    trusted = ctx.annotations_trusted
     for exemption in settings.exemptions:
-        if exemption.rule == rule.id and exemption.covers(doc.resource_id):
+        if exemption.rule == rule.id and exemption.covers(
+            doc.resource_id, render_path(ctx) if exemption.paths else None, ctx.is_run
+        ):
             until = f", until {exemption.expires.isoformat()}" if exemption.expires else ""
             return exemption.reason, f"{exemption.where}{until}"
     annotations = doc.metadata.get("annotations")

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from pathlib import Path
 
 from trainops.model import ERROR, INFO, SEVERITIES, WARNING, Document
 from trainops.policy.context import Context
+from trainops.policy.exemptions import render_path
 from trainops.policy.pods import dicts, mapping
 from trainops.profile.tenancy import PARAMS
-from trainops.render.discover import repository_root
 
 # Host paths node agents mount: the kubelet (device plugins, pod resources, plugins),
 # the container runtimes and CDI, CNI binaries and configuration, drivers and kernel
@@ -101,15 +100,6 @@ class Enforcement:
         return namespace is not None and any(fnmatchcase(namespace, n) for n in self.namespaces)
 
 
-def repository_path(ctx: Context) -> str | None:
-    """The render's path relative to its repository (None outside one)."""
-    path = Path(ctx.target.path)
-    try:
-        return path.resolve().relative_to(repository_root(path)).as_posix()
-    except (ValueError, OSError, RuntimeError):
-        return None
-
-
 def tenant_workload(doc: Document, ctx: Context) -> bool:
     """A run, or an object in a namespace the cluster gives to a team."""
     if ctx.is_run:
@@ -136,7 +126,7 @@ def grade(doc: Document, ctx: Context, enforcement: Enforcement) -> tuple[str, s
     if tenant_workload(doc, ctx):
         return ERROR, TENANT
     if (enforcement.paths or enforcement.namespaces) and enforcement.covers(
-        ctx.memo(("repository-path",), lambda: repository_path(ctx)), doc.namespace
+        render_path(ctx), doc.namespace
     ):
         return ERROR, ENFORCED
     if node_agent(doc):

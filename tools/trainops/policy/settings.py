@@ -195,7 +195,7 @@ def _exemption(entry: Any, index: int, known: dict, fail, where: str) -> Exempti
     if not isinstance(entry, dict):
         raise fail("an exemption is a mapping with rule, resources, reason, expires", *at)
     for key in entry:
-        if key not in ("rule", "resources", "reason", "expires"):
+        if key not in ("rule", "resources", "reason", "expires", "paths"):
             raise fail(f"exemption: unknown key {key!r}", *at, key)
     rule = entry.get("rule")
     if rule not in known:
@@ -217,4 +217,14 @@ def _exemption(entry: Any, index: int, known: dict, fail, where: str) -> Exempti
         expiry = date.fromisoformat(str(expires))
     except ValueError:
         raise fail(f"expires: {expires!r} is not a date like 2027-06-30", *at, "expires") from None
-    return Exemption(rule, reason.strip(), tuple(resources), expiry, where)
+    paths = entry.get("paths", [])
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p.strip() for p in paths):
+        raise fail("exemption paths: a list of repository-relative paths or globs", *at, "paths")
+    return Exemption(
+        rule,
+        reason.strip(),
+        tuple(resources),
+        expiry,
+        where,
+        tuple(p.strip().rstrip("/") for p in paths),
+    )
