@@ -78,6 +78,15 @@ def run_team_namespace(doc: Document, ctx: Context) -> Iterator[Violation]:
             f"the run is in team {team}'s directory but its job is in namespace {namespace}",
             ("metadata", "namespace"),
         )
+    elif team is None and ctx.is_run:
+        owner = (params(ctx, namespace) or {}).get("team")
+        if owner:
+            yield Violation(
+                f"the run is not in a team's directory (overlays/<cluster>/teams/<team>/runs/) "
+                f"but its job is in team {owner}'s namespace {namespace}: it would spend that "
+                "team's quota outside the team's project",
+                ("metadata", "namespace"),
+            )
     owner = (params(ctx, namespace) or {}).get("team")
     label = mapping(doc.metadata.get("labels")).get(TEAM_LABEL)
     if owner and label != owner:

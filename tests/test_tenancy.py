@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -337,3 +338,21 @@ def test_diff_warns_that_an_edited_team_run_is_not_updated(trainops, shared):
         if r["app"] == "overlays/gpu-east/teams/nlp/runs/bert-0412"
     ]
     assert any("run bert-0412 already exists" in w for w in changed["warnings"])
+
+
+def test_a_platform_run_taking_a_teams_namespace_fails(trainops, shared):
+    """A run under overlays/<cluster>/runs/ belongs to no team: a job there in a team's
+    namespace would spend that team's quota outside the team's project."""
+    made = trainops("new-run", "gpu-east", "borrowed", "--nodes", "2", cwd=shared)
+    assert made.code == 0, made.err
+    run = shared / "overlays/gpu-east/runs/borrowed"
+    try:
+        kustomization = run / "kustomization.yaml"
+        text = kustomization.read_text()
+        assert errors(trainops, shared, "overlays/gpu-east/runs/borrowed") == []
+        assert "\nnamespace:" not in text  # the template's own: the platform's namespace
+        kustomization.write_text(text + "namespace: vision\n")
+        found = errors(trainops, shared, "overlays/gpu-east/runs/borrowed")
+    finally:
+        shutil.rmtree(run)
+    assert "run-team-namespace" in {f["rule"] for f in found}, found
