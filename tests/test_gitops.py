@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.hostile.harness import run_cli
 from tests.support import MIRROR, REPO, write
+from tests.workspace import make_workspace
 from trainops.cache import Cache
 from trainops.config import load_project_config
 from trainops.model import Target
@@ -350,6 +352,30 @@ def test_every_repo_url_in_argocd_is_the_configured_one():
             for text in iter_strings(doc):
                 if "github.com" in text and text.endswith(".git"):
                     assert text == config.repo_url, path
+
+
+FORK = "https://git.acme.example/ml/trainops.git"
+
+
+def test_a_fork_points_every_application_at_itself(tmp_path):
+    """After a fork: set repo-url, regenerate (trainops set CLUSTER), and every repoURL
+    and sourceRepos entry of this repository in argocd/ names the fork; chart
+    repositories stay."""
+    root = make_workspace(tmp_path / "fork")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace(load_project_config(root).repo_url, FORK))
+    outcome = run_cli("set", "lab-tcp", cwd=root)
+    assert outcome.code == 0, outcome.err
+    seen = set()
+    for path in (root / "argocd").rglob("*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            for text in iter_strings(doc):
+                if text.endswith(".git"):
+                    assert text == FORK, path
+                    seen.add(path.name)
+    assert {"platform.yaml", "addons.yaml", "runs.yaml", "projects.yaml"} <= seen
+    charts = (root / "argocd/applicationsets/addons.yaml").read_text()
+    assert "repoURL: https://helm.ngc.nvidia.com/nvidia" in charts
 
 
 def _by_kind(docs: list[dict]) -> dict[str, list[dict]]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -35,7 +36,7 @@ from trainops.profile.model import (
     parse_profile,
 )
 from trainops.profile.overlay import generate
-from trainops.profile.projects import render_projects
+from trainops.profile.projects import ADDON_SOURCES, render_projects
 from trainops.profile.run_apps import render_run_apps
 from trainops.profile.run_scope import run_path
 from trainops.profile.runs import RunOptions, check_run_name, generate_run
@@ -46,6 +47,12 @@ PROFILE = "cluster.yaml"
 GENERATED_MARK = "# Generated from cluster.yaml by trainops."
 PROJECTS = Path("argocd/projects.yaml")
 RUN_APPS = Path("argocd/applicationsets/runs.yaml")
+# Written by hand but sourced from this repository: their repoURLs follow repo-url.
+SELF_SOURCED = (
+    Path("argocd/applicationsets/platform.yaml"),
+    Path("argocd/applicationsets/addons.yaml"),
+)
+_REPO_URL_LINE = re.compile(r"^(\s*(?:- )?repoURL:\s*)(\S+)\s*$", re.MULTILINE)
 
 
 @dataclass
@@ -289,7 +296,24 @@ def plan_projects(root: Path, edited: ClusterProfile | None = None) -> list[File
         old = path.read_text() if path.is_file() else None
         if old != text:
             changes.append(FileChange(path, old, text))
+    for relative in SELF_SOURCED:
+        path = root / relative
+        if path.is_file():
+            old = path.read_text()
+            text = sourced_from(old, repo_url)
+            if text != old:
+                changes.append(FileChange(path, old, text))
     return changes
+
+
+def sourced_from(text: str, repo_url: str) -> str:
+    """`text` with every repoURL that is not a chart repository pointing at `repo_url`."""
+
+    def point(match: re.Match[str]) -> str:
+        url = match.group(2)
+        return match.group(0) if url in ADDON_SOURCES else f"{match.group(1)}{repo_url}"
+
+    return _REPO_URL_LINE.sub(point, text)
 
 
 def write_run(root: Path, cluster: str, run: str, options: RunOptions, force: bool) -> WriteResult:
