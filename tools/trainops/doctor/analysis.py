@@ -160,6 +160,57 @@ def _unknown_errors(ctx: Context) -> list[Event]:
     return [e for e in ctx.of(ev.NCCL_WARN, ev.ERROR_LINE) if (e.source, e.line) not in known]
 
 
+# NCCL's troubleshooting guide (docs/troubleshooting: "PCI Access Control Services (ACS)"):
+# IO virtualization (VT-d, the IOMMU) and ACS on PCIe bridges redirect peer-to-peer traffic
+# to the CPU root complex, "causing a significant performance reduction or even a hang".
+ONE_NODE_HANG = (
+    "; every rank it lists is on one host, and a first collective between the GPUs of one "
+    "node that never ends is the hang NCCL's troubleshooting guide puts down to PCI ACS or "
+    "the IOMMU (VT-d) redirecting peer-to-peer traffic through the CPU root complex: check "
+    "ACS on the PCIe bridges (lspci -vvv | grep ACSCtl; disable it) and the IOMMU (iommu=pt, "
+    "or VT-d off in the BIOS), and confirm with NCCL_P2P_DISABLE=1"
+)
+
+ONE_NODE_FIX = (
+    "Disable ACS on the node's PCIe bridges (BIOS, or setpci at boot) and set the IOMMU to "
+    "passthrough (iommu=pt / intel_iommu=off); NCCL_P2P_DISABLE=1 confirms it (and works "
+    "around it, slower)."
+)
+
+
+# NCCL's NVLink SHARP setup (src/transport/nvls.cc) logs "NVLS Bind mem ..." as it binds
+# buffers to the multicast object, which waits on every GPU of the NVSwitch fabric.
+NVLS_HANG = (
+    "; the logs end in NCCL's NVLink SHARP (NVLS) setup (transport/nvls.cc), so init hangs "
+    "binding NVLS multicast memory"
+)
+NVLS_FIX = (
+    "Set NCCL_NVLS_ENABLE=0 to skip NVLS (it confirms the cause and works around it); check "
+    "that nvidia-fabricmanager runs and is healthy on the node, and move to a newer NCCL and "
+    "driver."
+)
+
+
+def _unproven_fix(lacking: str) -> str:
+    for hint, fix in ((ONE_NODE_HANG, ONE_NODE_FIX), (NVLS_HANG, NVLS_FIX)):
+        if hint in lacking:
+            return f"{fix} {UNPROVEN.fix}"
+    return UNPROVEN.fix
+
+
+def _last_step(ctx: Context) -> str:
+    """Where the logs end, when their last line is a step that is known to hang."""
+    last = ctx.events[-1].text if ctx.events else ""
+    return NVLS_HANG if "NCCL INFO NVLS " in last or "NCCL INFO NVLS:" in last else ""
+
+
+def _one_node_hang(ctx: Context) -> str:
+    listed = [e for e in ctx.of(ev.TESTS_STARTED) if "listed" in e.fields]
+    hosts = {e.fields["host"] for e in listed}
+    ranks = {e.fields["listed"] for e in listed}
+    return ONE_NODE_HANG if len(hosts) == 1 and len(ranks) > 1 else ""
+
+
 def _unproven(ctx: Context) -> str | None:
     """What the logs lack to show that this attempt worked, or None when they show it."""
     if ctx.of(ev.FINISHED):
@@ -170,7 +221,7 @@ def _unproven(ctx: Context) -> str | None:
     if started and not complete:
         return (
             f"NCCL init started on {len(started)} process(es) and none logged its completion: "
-            "init hangs, or the logs end before it completes"
+            "init hangs, or the logs end before it completes" + _last_step(ctx)
         )
     if started and len(complete) < len(started):
         return (
@@ -182,14 +233,17 @@ def _unproven(ctx: Context) -> str | None:
     if ctx.of(ev.TESTS_STARTED):
         return (
             "nccl-tests started (its banner and ranks are printed) and printed no result line: "
-            "it hangs in its first collective, or the output was cut"
+            "it hangs in its first collective, or the output was cut" + _one_node_hang(ctx)
         )
     if complete:
         return (
             f"NCCL init completed on {len(complete)} process(es), and no training step, exit or "
             "teardown line follows: the job hangs after init, or the logs were cut"
         )
-    return "no line shows the job working: no NCCL init, no training step, no successful exit"
+    return (
+        "no line shows the job working: no NCCL init, no training step, no successful exit"
+        + _last_step(ctx)
+    )
 
 
 def diagnose(sources: Iterable[Source], expectation: Expectation) -> Diagnosis:
@@ -234,7 +288,7 @@ def diagnose(sources: Iterable[Source], expectation: Expectation) -> Diagnosis:
                         + (" (the warnings above may be why)" if warned else "")
                         + f": {lacking}"
                     ),
-                    UNPROVEN.fix,
+                    _unproven_fix(lacking),
                     [],
                     evidence(ctx.events[-1:]),
                     attempt,

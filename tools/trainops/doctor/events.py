@@ -23,6 +23,7 @@ VERSION = "version"  # version
 DRIVER = "cuda-driver"  # version (per-process once: a repeat means a restart)
 PLUGIN = "net-plugin"  # plugin (path or "internal")
 PLUGIN_BROKEN = "net-plugin-broken"  # error (dlopen's, for a plugin that exists)
+OFI_PROVIDER = "ofi-provider"  # provider (the libfabric provider aws-ofi-nccl selected)
 GDR_DISABLED = "gdr-disabled"  # hca
 ERROR_TRAIL = "error-trail"  # code (NCCL result), location
 
@@ -72,12 +73,14 @@ FR_STATE = "flight-recorder"  # rank, pg, completed, pending_seq, pending_op, pe
 XID = "xid"  # code, pci, detail
 OFF_BUS = "gpu-off-bus"  # pci
 GPU_INIT = "gpu-init-failed"  # detail
+CMA_DENIED = "cma-denied"  # errno (Open MPI's single-copy read between processes refused)
 
 # What shows the job worked (`outcome_messages`)
 FINISHED = (
     "finished"  # torchrun's group succeeded, NCCL destroyed a communicator, nccl-tests summary
 )
 PROGRESS = "progress"  # step (a training step with a loss)
+LOOP_ENDED = "loop-ended"  # the framework's training loop ended (Lightning, HF Trainer)
 TESTS_STARTED = "nccl-tests-started"  # nccl-tests printed its banner or rank list
 
 # The message catalog (`catalog`): a line printed from a catalogued message

@@ -78,8 +78,15 @@ def read(message: str, header: NcclHeader | None) -> list[tuple[str, dict]]:
     return found
 
 
+# aws-ofi-nccl's choice among libfabric's providers (src/nccl_ofi_net.cpp, 1.x):
+# "Selected Provider is %s (found %d nics)", "Selected Provider is %s".
+_OFI_PROVIDER = Pattern(r".*?Selected Provider is (\S+)")
+
+
 def _setup(message: str) -> list[tuple[str, dict]]:
     """INFO messages: what NCCL chose and found."""
+    if "Selected Provider is " in message and (m := _OFI_PROVIDER.match(message)):
+        return [(ev.OFI_PROVIDER, {"provider": m.group(1)})]
     if message.startswith("NCCL version ") and (m := _VERSION.match(message)):
         return [(ev.VERSION, {"version": m.group(1)})]
     if "nranks" in message and "comm 0x" in message and (m := _COMM.match(message)):

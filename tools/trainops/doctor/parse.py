@@ -32,78 +32,82 @@ PREVIOUS = "(previous)"
 TEXT_LIMIT = 300
 _ONCE_PER_PROCESS = (ev.DRIVER, ev.BOOTSTRAP_IFS)
 _RESTART_MARKERS = ("will restart worker group", "Restarting worker group")
-# A line without NCCL's header is looked up in the catalog only when it carries one of these:
-# every catalogued message that can appear without the header does, and the rest of a
-# training log (progress, data loading) is not probed.
+_WRAPPED_TORCH = ("Watchdog caught collective operation timeout:",)
+_WRAP_LINES = 3  # continuation lines a wrapped message may take
 # Facts that say only that a line reports something, or that no check reads: the catalog
 # may know what the line means.
 _UNEXPLAINED = frozenset({ev.NCCL_WARN, ev.EXCEPTION, ev.IB_ASYNC, ev.TESTS_FAILURE, ev.OFI})
-_CATALOG_CUES = words(
-    "NCCL",
-    "NET/",
-    "Error",
-    "error",
-    "ERROR",
-    "fail",
-    "Fail",
-    "FAIL",
-    "CUDA",
-    "cuda",
-    "Cuda",
-    "Xid",
-    "WARN",
-    "Warn",
-    "timed out",
-    "Timed out",
-    "Timeout",
-    "timeout",
-    "refused",
-    "denied",
-    "unable",
-    "Unable",
-    "cannot",
-    "Cannot",
-    "not found",
-    "invalid",
-    "Invalid",
-    "mismatch",
-)
+
+# The words that mark a line, each with what it marks (one declaration, three scans):
+# - CATALOG: a line without NCCL's header is looked up in the catalog only when it carries
+#   one of these; every catalogued message that can appear without the header does, and the
+#   rest of a training log (progress, data loading) is not probed;
+# - ERROR: the line reports an error in words every stack uses;
+# - STACK: the line is output of the stacks the doctor reads.
+# A line of the last two kinds is not understood, but says the log is the right one.
+CATALOG, ERROR, STACK = "catalog", "error", "stack"
+_CUES: dict[str, tuple[str, ...]] = {
+    "NCCL": (CATALOG, STACK),
+    "nccl": (STACK,),
+    "NET/": (CATALOG, STACK),
+    "CUDA": (CATALOG, STACK),
+    "cuda": (CATALOG, STACK),
+    "Cuda": (CATALOG,),
+    "torch": (STACK,),
+    "c10d": (STACK,),
+    "ProcessGroup": (STACK,),
+    "gloo": (STACK,),
+    "Gloo": (STACK,),
+    "mpirun": (STACK,),
+    "deepspeed": (STACK,),
+    "accelerate": (STACK,),
+    "Xid": (CATALOG,),
+    "Error": (CATALOG,),
+    "error": (CATALOG,),
+    "ERROR": (CATALOG, ERROR),
+    "Error:": (ERROR,),
+    "error:": (ERROR,),
+    "Exception:": (ERROR,),
+    "Traceback (most recent call last)": (ERROR,),
+    "Segmentation fault": (ERROR,),
+    "core dumped": (ERROR,),
+    "Aborted": (ERROR,),
+    "Killed": (ERROR,),
+    "FATAL": (ERROR,),
+    "Fatal error": (ERROR,),
+    "fatal error": (ERROR,),
+    "fail": (CATALOG,),
+    "Fail": (CATALOG,),
+    "FAIL": (CATALOG,),
+    " failed": (ERROR,),
+    "Failed to": (ERROR,),
+    "failed to": (ERROR,),
+    "WARN": (CATALOG,),
+    "Warn": (CATALOG,),
+    "timed out": (CATALOG,),
+    "Timed out": (CATALOG,),
+    "Timeout": (CATALOG,),
+    "timeout": (CATALOG,),
+    "refused": (CATALOG,),
+    "denied": (CATALOG,),
+    "unable": (CATALOG,),
+    "Unable": (CATALOG,),
+    "cannot": (CATALOG,),
+    "Cannot": (CATALOG,),
+    "not found": (CATALOG,),
+    "invalid": (CATALOG,),
+    "Invalid": (CATALOG,),
+    "mismatch": (CATALOG,),
+}
 
 
-# A line that reports an error in words every stack uses, and a line that is output of the
-# stacks the doctor reads: neither is understood, but both say the log is the right one.
-_ERROR_WORDS = words(
-    "Traceback (most recent call last)",
-    "Error:",
-    "ERROR",
-    "error:",
-    "Exception:",
-    "Segmentation fault",
-    "core dumped",
-    "Aborted",
-    "Killed",
-    "FATAL",
-    "Fatal error",
-    "fatal error",
-    " failed",
-    "Failed to",
-    "failed to",
-)
-_STACK_WORDS = words(
-    "NCCL",
-    "nccl",
-    "torch",
-    "c10d",
-    "ProcessGroup",
-    "gloo",
-    "Gloo",
-    "mpirun",
-    "CUDA",
-    "cuda",
-    "NET/",
-    "deepspeed",
-    "accelerate",
-)
+def _cues(role: str):
+    return words(*(word for word, roles in _CUES.items() if role in roles))
+
+
+_CATALOG_CUES = _cues(CATALOG)
+_ERROR_WORDS = _cues(ERROR)
+_STACK_WORDS = _cues(STACK)
 
 
 def _unknown(message: str) -> list[tuple[str, dict]]:
@@ -163,6 +167,8 @@ def _facts(text: str, header) -> list[tuple[str, dict]]:
         if entry is not None:
             facts.append((ev.CATALOGUED, {"entry": entry}))
     facts = facts or _unknown(message)
+    if not facts and header is not None:
+        facts = [(ev.MENTION, {})]  # NCCL's own line, even one no parser reads
     if facts and (errno := catalog.errno_in(message)) is not None:
         facts.append((ev.ERRNO, {"entry": errno}))
     return facts
@@ -188,10 +194,10 @@ def _stream(source: LogStream) -> Iterator[Event]:
     once: set[tuple[ProcessKey, str]] = set()
     file_rank = _rank_in_name(source.name)
     lines = enumerate(source.open_lines(), 1)
-    ahead = None
+    ahead: list = []  # lines read ahead for a wrapped message and not part of it
     while True:
-        if ahead is not None:
-            (number, line), ahead = ahead, None
+        if ahead:
+            number, line = ahead.pop(0)
         else:
             step = next(lines, None)
             if step is None:
@@ -202,6 +208,22 @@ def _stream(source: LogStream) -> Iterator[Event]:
             continue
         header = nccl_header(text)
         facts = _facts(text, header)
+        unread = all(kind in (ev.MENTION, ev.ERROR_LINE) for kind, _ in facts)
+        if header is None and unread and text.rstrip().endswith(_WRAPPED_TORCH):
+            # ProcessGroupNCCL's watchdog message, wrapped by a paste or a terminal after its
+            # first clause: the WorkNCCL(...) and "ran for ... milliseconds" lines follow.
+            following = []
+            for _ in range(_WRAP_LINES):
+                step = next(lines, None)
+                if step is None:
+                    break
+                following.append((step[0], clean(step[1])))
+                joined = " ".join([text.rstrip()] + [f.text.strip() for _, f in following])
+                found = _facts(joined, None)
+                if any(kind == ev.WATCHDOG for kind, _ in found):
+                    text, facts, following = joined, found, []
+                    break
+            ahead += following
         if header is not None and _unread(facts):
             step = next(lines, None)
             if step is not None:
@@ -213,7 +235,7 @@ def _stream(source: LogStream) -> Iterator[Event]:
                     text, facts = joined
                     header = nccl_header(text)
                 else:
-                    ahead = (step[0], following)
+                    ahead.append((step[0], following))
         if any(marker in text for marker in _RESTART_MARKERS):
             attempt += 1
             once.clear()

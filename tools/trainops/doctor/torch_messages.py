@@ -13,7 +13,7 @@ from trainops.doctor.limits import Pattern
 
 _WATCHDOG = Pattern(
     r".*?Watchdog caught collective operation timeout: WorkNCCL\((?:SeqNum=(\d+), )?"
-    r"OpType=(\w+).*?Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds"
+    r"(?:[^)=]{0,40}, )?OpType=(\w+).*?Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds"
 )
 _RANK_BEFORE = Pattern(r".*?\[(?:PG [^\]]{0,200}?)?Rank (\d+)\] (?:Watchdog|Exception|Timeout)")
 _WORK = Pattern(
@@ -41,13 +41,22 @@ _GLOO_REMOTE = Pattern(r".*?remote=\[([^\]]+)\](?::(\S+))?")
 _GLOO_LOCAL = Pattern(r".*?local=\[([^\]]+)\]")
 _GLOO_PAIR = Pattern(r".*?pair\.cc:\d+\] connect \[([^\]]+)\]:(\d+): (.+)")
 _GLOO_IFACE = Pattern(r".*?Unable to find address for: (\S+)")
-_CUDA_ERROR = Pattern(r".*?(?:CUDA error|cuda runtime error \(\d+\)) ?: ([^.\n]+)")
+# `CUDA error: <string>` (c10's C10_CUDA_CHECK) and, before torch 1.5, THC's
+# `cuda runtime error (%d) : %s at %s:%d` (THCGeneral.cpp's __THCudaCheck): the string ends
+# at a full stop or at THC's " at <file>:<line>".
+_CUDA_ERROR = Pattern(
+    r".*?(?:CUDA error|cuda runtime error \(\d+\)) ?: ([^.\n]+?)(?: at \S+:\d+)?(?:[.\n]|$)"
+)
 _CUDA_DRIVER_API = Pattern(r".*?(CUDA_ERROR_\w+)")
 _MISMATCH_RANKS = Pattern(r"Rank (\d+) is running (?:inconsistent )?collective")
 _OPS = Pattern(r"OpType=(\w+)")
 _SHAPES = Pattern(r"TensorShape=\[([^\]]*)\]")
 _DIFFER = Pattern(r".*?differ in the following aspects: *(.+)")
-_EXITCODE = Pattern(r"\s*exitcode\s*: (-?\d+)")
+# ChildFailedError's table (`exitcode  : -7 (pid: ...)`, torch/distributed/elastic/
+# multiprocessing/errors/__init__.py) and the elastic agent's log line
+# (`failed (exitcode: -9) local_rank: 1 (pid: ...) of binary: ...`, .../multiprocessing/api.py):
+# a negative exit code is the signal that ended the worker.
+_EXITCODE = Pattern(r"(?:\s*|.*?failed \()exitcode\s*: (-?\d+)")
 _SIGNAL = Pattern(r".*?Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
 _EXCEPTION = Pattern(r"(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception))(?:: ?(.*))?$")
 
@@ -71,9 +80,17 @@ _SHARED_MEMORY = (
 )
 
 
+# A process that died of SIGBUS, as the C library names the signal (strsignal: "Bus error",
+# which shells print as "Bus error (core dumped)", Python's faulthandler as "Fatal Python
+# error: Bus error", UCX's handler as "Caught signal 7 (Bus error: ...)").
+_BUS_ERROR = ("Bus error", "SIGBUS")
+
+
 def read(text: str) -> list[tuple[str, dict]]:
     if any(marker in text for marker in _SHARED_MEMORY):
         return [(ev.SHM_FAILURE, {"message": text, "no_space": False, "dataloader": True})]
+    if any(marker in text for marker in _BUS_ERROR):
+        return [(ev.SHM_FAILURE, {"message": text, "no_space": False, "sigbus": True})]
     return _watchdog(text) or _store(text) or _gloo(text) or _errors(text)
 
 
@@ -136,7 +153,12 @@ def _gloo(text: str) -> list[tuple[str, dict]]:
     if "Using the loopback address as fallback" in text:
         return [(ev.GLOO_LOOPBACK, {})]
     if "Unable to find address for:" in text and (m := _GLOO_IFACE.match(text)):
-        return [(ev.GLOO_NO_INTERFACE, {"name": m.group(1)})]
+        # gloo/transport/tcp/device.cc prints this from two places: lookupAddrForIface
+        # (GLOO_SOCKET_IFNAME set; enforces `ifa != nullptr`) and lookupAddrForHostname (no
+        # interface set: the host's own name; enforces `rp != nullptr` after trying to bind
+        # each address the name resolves to).
+        hostname = "rp != nullptr" in text
+        return [(ev.GLOO_NO_INTERFACE, {"name": m.group(1), "hostname": hostname})]
     if "remote=[" in text and (m := _GLOO_REMOTE.match(text)):
         local = _GLOO_LOCAL.match(text)
         fields = {"remote": m.group(1), "local": local.group(1) if local else None}

@@ -79,6 +79,8 @@ class Entry:
     meaning: str
     fix: str = ""
     text: str = ""  # the string the error name prints as (CUDA)
+    former: tuple[str, ...] = ()  # the strings older CUDA releases printed for it
+    kind: str = ""  # runtime | driver | nvml (CUDA)
     first: str = ""  # first release that prints it (NCCL, aws-ofi-nccl)
     last: str = ""  # newest release that prints it
 
@@ -170,6 +172,8 @@ def _entries_of(component: str, rows: list[dict]) -> Iterable[Entry]:
             meaning=row.get("meaning", ""),
             fix=row.get("fix", "") or "",
             text=row.get("text", "") or "",
+            former=tuple(row.get("former") or ()),
+            kind=row.get("kind", "") or "",
             first=row.get("first", ""),
             last=row.get("last", ""),
         )
@@ -220,13 +224,21 @@ class Index:
 # CUDA's error strings are plain English ("invalid argument", "out of memory"): they name a
 # CUDA error only on a line that says CUDA (or NCCL, which prints them) before them.
 _CUDA_CONTEXT = r"(?i:cuda|nccl|cu[a-z]+\(|torch).{0,300}?"
+# NVML's strings ("Driver/library version mismatch") follow what printed them: nvidia-smi's
+# "Failed to initialize NVML: %s", NCCL's and torch's NVML calls.
+_NVML_CONTEXT = r"(?i:nvml|nvidia-smi|cuda|nccl|torch).{0,300}?"
 
 
 def formats_of(entry: Entry) -> list[tuple[str, str]]:
     """(format, what must precede it): the format; for a CUDA error its name and its string."""
     if entry.component == "cuda":
         shown = [(entry.key, "")]
-        return shown + ([(entry.text.replace("%", "%%"), _CUDA_CONTEXT)] if entry.text else [])
+        for text in filter(None, (entry.text, *entry.former)):
+            # A string that itself begins with CUDA needs nothing before it.
+            within = _NVML_CONTEXT if entry.kind == "nvml" else _CUDA_CONTEXT
+            within = "" if text.lower().startswith("cuda") else within
+            shown.append((text.replace("%", "%%"), within))
+        return shown
     return [(entry.key, "")]
 
 
@@ -245,6 +257,8 @@ def index() -> Index:
         if entry.component == "cuda":
             cuda.setdefault(entry.key.lower(), entry)
             cuda.setdefault(entry.text.lower(), entry)
+            for text in entry.former:
+                cuda.setdefault(text.lower(), entry)
         for fmt, within in formats_of(entry):
             pattern, anchors, fixed = compile_format(fmt, within)
             compiled.append((entry, pattern, anchors, fixed))

@@ -64,7 +64,22 @@ def timeout(ctx: Context) -> Iterator[Found]:
         and e.rank not in timed
         and (e.kind == ev.FINISHED or (e.source == entered.source and e.line > entered.line))
     }
-    if len(timed) == 1 and went_on:
+    # A collective that times out on one rank after the training loop ended (the loop's own
+    # last line, earlier in the same log) was issued by code after training that not every
+    # rank runs.
+    ended = [
+        e
+        for e in ctx.of(ev.LOOP_ENDED)
+        if entered is not None and e.source == entered.source and e.line < entered.line
+    ]
+    if len(timed) <= 1 and ended and entered is not None:
+        suspect = (
+            f": the training loop had ended before it ({ended[0].where}: {ended[0].text}), so "
+            "code after training issued a collective that not every rank runs: a checkpoint "
+            "save, test or logging call inside a rank-0-only block (`if trainer.is_global_zero:`"
+            ", `if rank == 0:`) that ends in a barrier or all-reduce"
+        )
+    elif len(timed) == 1 and went_on:
         [alone] = timed
         suspect = (
             f": rank {alone} alone entered it and the other ranks never called it (a "
@@ -90,9 +105,17 @@ def timeout(ctx: Context) -> Iterator[Found]:
             if expected is None
             else ""
         )
+    fix = None
+    if ended and entered is not None and len(timed) <= 1:
+        fix = (
+            "Call what runs after training on every rank (trainer.save_checkpoint, test, "
+            "barriers: Lightning writes the file from rank 0 itself), and keep rank-0-only "
+            "blocks free of collectives."
+        )
     yield Found(
         f"{who(chosen)} timed out after {seconds:g}s in {op}{where}{suspect}",
         chosen,
+        fix=fix,
     )
 
 
@@ -227,8 +250,19 @@ def killed(ctx: Context) -> Iterator[Found]:
         for e in ctx.of(ev.CHILD_FAILED)
         if e.fields["signal"] == "SIGKILL" or e.fields["exitcode"] == -9
     ]
-    if signals:
-        yield Found(f"a rank was killed by SIGKILL ({who(signals)})", signals)
+    oom = [e for e in signals if e.fields.get("oom")]
+    if oom:
+        yield Found(
+            f"the kernel's OOM killer killed a process ({who(oom)}): the node's or the "
+            "container's memory ran out",
+            oom,
+        )
+    elif signals:
+        yield Found(
+            f"a rank was killed by SIGKILL ({who(signals)}): most often the kernel's OOM killer, "
+            "when the host's or the container's memory runs out",
+            signals,
+        )
 
 
 @check(

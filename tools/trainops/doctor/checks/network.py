@@ -60,6 +60,11 @@ def _ifname_fix(ctx: Context, variable: str = "NCCL_SOCKET_IFNAME") -> str:
     "the nodes.",
 )
 def unroutable(ctx: Context) -> Iterator[Found]:
+    # nccl-tests lists every rank with its host: when all are on one host, no other node
+    # has to reach this one, and loopback serves every rank.
+    hosts = {e.fields["host"] for e in ctx.of(ev.TESTS_STARTED) if e.fields.get("host")}
+    if len(hosts) == 1:
+        return
     bad_nccl = []
     for event in ctx.of(ev.BOOTSTRAP_IFS, ev.SOCKET_IFS):
         for name, address in event.fields["interfaces"]:
@@ -134,6 +139,18 @@ def ifname_unmatched(ctx: Context) -> Iterator[Found]:
         yield Found(message, missing + ctx.of(ev.ENV)[:1], fix=_ifname_fix(ctx))
     for event in ctx.of(ev.GLOO_NO_INTERFACE):
         name = event.fields["name"]
+        if event.fields.get("hostname"):
+            yield Found(
+                f"Gloo found no local address for the host name {name}: with GLOO_SOCKET_IFNAME "
+                "unset Gloo resolves the host's own name and binds to one of its addresses, and "
+                f"none of the addresses {name} resolves to is on this host (or it resolves to "
+                "none)",
+                [event],
+                fix="Set GLOO_SOCKET_IFNAME to the interface that routes between the nodes "
+                f"(ip addr shows it), or make {name} resolve to an address of this host "
+                "(/etc/hosts, the cluster's DNS).",
+            )
+            continue
         exact, exclude, entries = nccl.parse_selector(name)
         syntax = (
             f": {name!r} is NCCL's list syntax, Gloo takes one concrete interface name"
@@ -165,6 +182,20 @@ def bootstrap_connect(ctx: Context) -> Iterator[Found]:
     reasons = sorted({e.fields["reason"] for e in failed})
     target = f" to {', '.join(targets[:3])}" if targets else ""
     message = f"NCCL on {who(failed)} could not connect{target} ({'; '.join(reasons)})"
+    listed = {e.fields["listed"] for e in ctx.of(ev.TESTS_STARTED) if "listed" in e.fields}
+    if reasons == ["connection closed by peer"] and listed == {0}:
+        # nccl-tests lists one rank: the connection is between the process's own threads
+        # over loopback, so no peer exited; something on the host closed it.
+        yield Found(
+            message + ": nccl-tests runs one rank, so both ends are this process's own "
+            "threads on one host: something on the host closes its local TCP connections "
+            "(endpoint-security or web-filtering software, a firewall rule on lo)",
+            failed,
+            fix="Check the host's security software (endpoint protection's network or web "
+            "filtering) and firewall rules for loopback traffic; exempt the job's processes "
+            "or disable the filtering module, and rerun the single-GPU test.",
+        )
+        return
     if reasons == ["connection closed by peer"]:
         message += ": the peer process probably exited first; its first error is the cause"
     yield Found(message, failed)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from trainops.doctor import catalog
 from trainops.doctor import events as ev
 from trainops.doctor.findings import Context, Found, check, who
-from trainops.model import ERROR
+from trainops.model import ERROR, WARNING
 from trainops.rules import catalog as rule_catalog
 
 DRAIN = (
@@ -126,17 +126,19 @@ _OWN_CHECKS = ("cuda-driver-too-old", "gpu-ecc", "nvswitch-fabric")
 
 
 def _catalogued_cause(event) -> catalog.Entry | None:
-    for entry in (catalog.cuda_error(event.fields.get("error") or ""), catalog.lookup(event.text)):
+    """The specific cause the catalog gives the error: by the CUDA error, by the line, or by
+    the error as torch's C10_CUDA_CHECK prints it (`CUDA error: <string>`), which classifies
+    the same string wherever another frame printed it (THC's `cuda runtime error (10) : ...`,
+    NCCL's `Cuda failure '...'`)."""
+    error = event.fields.get("error") or ""
+    for entry in (
+        catalog.cuda_error(error),
+        catalog.lookup(event.text),
+        catalog.lookup(f"CUDA error: {error}") if error else None,
+    ):
         if entry is not None and entry.reported and entry.finding not in _GENERIC:
             return None if entry.finding in _OWN_CHECKS else entry
     return None
-
-
-def _by_entry(events) -> dict:
-    grouped: dict = {}
-    for event in events:
-        grouped.setdefault(_catalogued_cause(event), []).append(event)
-    return grouped
 
 
 @check(
@@ -166,16 +168,18 @@ def cuda_fatal(ctx: Context) -> Iterator[Found]:
             "initialization error",
         )
     ]
-    named = [
-        e
-        for e in ctx.of(ev.CUDA_ERROR, ev.CUDA_FAILURE)
-        if "ECC" not in e.fields["error"].upper()
-        and "insufficient" not in e.fields["error"]
-        and _catalogued_cause(e)
-    ]
+    causes: dict[catalog.Entry, list] = {}
+    named = []
+    for e in ctx.of(ev.CUDA_ERROR, ev.CUDA_FAILURE):
+        if "ECC" in e.fields["error"].upper() or "insufficient" in e.fields["error"]:
+            continue
+        cause = _catalogued_cause(e)  # once per event: two catalog lookups
+        if cause is not None:
+            causes.setdefault(cause, []).append(e)
+            named.append(e)
     errors = [e for e in errors if e not in named]
     rules = rule_catalog()
-    for entry, events in _by_entry(named).items():
+    for entry, events in causes.items():
         yield Found(
             f"CUDA error on {who(events)}: {events[0].fields['error']} ({entry.key}): "
             f"{entry.meaning}",
@@ -292,12 +296,67 @@ def p2p(ctx: Context) -> Iterator[Found]:
         for e in ctx.of(ev.CUDA_FAILURE)
         if e.fields.get("code") == 217 or "peer access is not supported" in e.fields["error"]
     ]
+    # vLLM's (and SGLang's) custom all-reduce kernel, not NCCL, needs peer access: its
+    # CUDACHECK in csrc/custom_all_reduce.cuh prints "Failed: Cuda error %s:%d '%s'".
+    custom = [
+        e
+        for e in ctx.of(ev.CATALOGUED, ev.CUDA_FAILURE, ev.CUDA_ERROR)
+        if "custom_all_reduce" in e.text
+        and (
+            "peer access" in e.text
+            or (e.kind == ev.CATALOGUED and e.fields["entry"].finding == "p2p-unsupported")
+        )
+    ]
+    if custom:
+        yield Found(
+            f"the custom all-reduce kernel of vLLM/SGLang (csrc/custom_all_reduce.cuh) on "
+            f"{who(custom)} needs CUDA peer access between the GPUs, which they do not support",
+            custom,
+            fix="Turn the custom all-reduce off (vLLM: disable_custom_all_reduce=True or "
+            "--disable-custom-all-reduce; SGLang: --disable-custom-all-reduce) so that "
+            "all-reduce goes through NCCL, which works without peer access.",
+        )
+    failed = [e for e in failed if e not in custom]
     if failed:
         yield Found(
             f"CUDA peer-to-peer access is not supported between the GPUs of {who(failed)}: "
             "NCCL's P2P transport cannot be used there",
             failed,
         )
+    yield from _cma_denied(ctx)
+
+
+# Open MPI's shared-memory transport (vader) copies large messages between the processes of
+# a node with process_vm_readv (cross-memory attach), which the kernel allows only where one
+# process may ptrace the other (process_vm_readv(2): a PTRACE_MODE_ATTACH_REALCREDS check);
+# in a container without CAP_SYS_PTRACE, or under Yama's ptrace_scope, it fails with EPERM
+# and Open MPI prints "Read -1, expected ..., errno = 1" for every such message. The finding
+# is the family of failed system calls (nccl-system-error: limits, capabilities, devices).
+CMA_FIX = (
+    "Run the container with --cap-add=SYS_PTRACE (a pod: securityContext.capabilities.add: "
+    "[SYS_PTRACE]), or turn single-copy off (OMPI_MCA_btl_vader_single_copy_mechanism=none)."
+)
+
+
+def _cma_denied(ctx: Context) -> Iterator[Found]:
+    denied = ctx.of(ev.CMA_DENIED)
+    if not denied:
+        return
+    codes = sorted({e.fields["errno"] for e in denied})
+    why = (
+        "EPERM: the kernel lets a process read another's memory only where it may ptrace it, "
+        "and the container lacks CAP_SYS_PTRACE (or Yama's ptrace_scope forbids it)"
+        if codes == [1]
+        else f"errno {', '.join(map(str, codes))}"
+    )
+    yield Found(
+        f"Open MPI's shared-memory transport could not read its peers' memory on {who(denied)} "
+        f"(process_vm_readv, cross-memory attach: {why})",
+        denied,
+        severity=ERROR if ctx.failed else WARNING,
+        fix=CMA_FIX,
+        rule="nccl-system-error",
+    )
 
 
 @check(
@@ -314,6 +373,14 @@ def shm(ctx: Context) -> Iterator[Found]:
     failures += [
         e for e in ctx.of(ev.CUDA_FAILURE) if "shmutils" in (e.fields.get("location") or "")
     ]
+    # A worker ended by SIGBUS (exit code -7): a training process touches a page of
+    # /dev/shm's tmpfs that the full tmpfs cannot back (Linux mm/shmem.c answers such a fault
+    # with VM_FAULT_SIGBUS), through NCCL's segments or DataLoader batches.
+    failures += [
+        e
+        for e in ctx.of(ev.CHILD_FAILED)
+        if e.fields.get("exitcode") == -7 or e.fields.get("signal") == "SIGBUS"
+    ]
     if not failures:
         return
     fix = None
@@ -323,8 +390,17 @@ def shm(ctx: Context) -> Iterator[Found]:
             f"{ctx.key('memoryPerPod')}); NCCL_SHM_DISABLE=1 is only a slower workaround."
         )
     space = " (no space left on device)" if any(e.fields.get("no_space") for e in failures) else ""
-    nccl = [e for e in failures if not e.fields.get("dataloader")]
+    bus = [e for e in failures if e.kind == ev.CHILD_FAILED or e.fields.get("sigbus")]
+    nccl = [e for e in failures if not e.fields.get("dataloader") and e not in bus]
     loader = [e for e in failures if e.fields.get("dataloader")]
+    if bus and not nccl and not loader:
+        yield Found(
+            f"a process on {who(bus)} died of SIGBUS (bus error): in a training job this is "
+            "most often a page of /dev/shm the full tmpfs could not back (NCCL's shared-memory "
+            "segments, DataLoader batches): the container's /dev/shm is too small",
+            bus,
+            fix=fix,
+        )
     if nccl:
         yield Found(
             f"NCCL could not create its shared-memory segment in /dev/shm on {who(nccl)}"

@@ -151,6 +151,27 @@ def registration(ctx: Context) -> Iterator[Found]:
             "allocate memory): the locked-memory limit (ulimit -l) is too low",
             failed,
         )
+    # NCCL registers GPU memory through DMA-BUF where it thinks the stack supports it
+    # (src/misc/ibvwrap.cc: wrap_ibv_reg_dmabuf_mr; without the verbs symbol it sets errno
+    # EOPNOTSUPP itself): a failure there is the kernel, rdma-core/OFED or the GPU driver
+    # lacking DMA-BUF registration, and nvidia-peermem is the other path.
+    dmabuf = [
+        e
+        for e in ctx.of(ev.IBV_CALL)
+        if e.fields["call"] == "ibv_reg_dmabuf_mr" and "allocate memory" not in e.fields["reason"]
+    ]
+    if dmabuf:
+        reasons = sorted({e.fields["reason"] for e in dmabuf if e.fields["reason"]})
+        yield Found(
+            f"registering GPU memory through DMA-BUF failed on {who(dmabuf)} "
+            f"(ibv_reg_dmabuf_mr: {', '.join(reasons) or 'failed'}): the kernel, the RDMA "
+            "driver stack (rdma-core, MLNX_OFED) or the GPU driver does not support DMA-BUF "
+            "registration",
+            dmabuf,
+            fix="Set NCCL_DMABUF_ENABLE=0 so that NCCL registers GPU memory through "
+            "nvidia-peermem instead, or upgrade to a kernel (5.12+), rdma-core/OFED and GPU "
+            "driver that support DMA-BUF.",
+        )
 
 
 @check(
@@ -215,6 +236,25 @@ def plugin_failed(ctx: Context) -> Iterator[Found]:
             fix="Install what the plugin links against in the image (the libfabric or "
             "HPC-X release it was built for; `ldd libnccl-net.so` lists what is missing), or "
             "rebuild the plugin against the image's libraries.",
+        )
+    # aws-ofi-nccl asks libfabric for providers that can do what it needs and takes the
+    # first; on an EFA instance that is efa, and tcp (or sockets) only when no EFA device
+    # is visible to the process.
+    fallback = [
+        e for e in ctx.of(ev.OFI_PROVIDER) if e.fields["provider"] in ("tcp", "sockets", "udp")
+    ]
+    if fallback and not failed:
+        provider = fallback[0].fields["provider"]
+        yield Found(
+            f"aws-ofi-nccl selected libfabric's {provider} provider on {who(fallback)}, not efa: "
+            "no EFA device is visible to the process (the container was started without the "
+            "EFA devices), so NCCL's network runs over TCP or fails",
+            fallback,
+            severity=ERROR if ctx.failed or not ctx.of(ev.FINISHED) else WARNING,
+            fix="Pass the EFA devices into the container (docker run --device "
+            "/dev/infiniband/uverbs0 ... for each, or the vpc.amazonaws.com/efa resource in the "
+            "pod) and check `fi_info -p efa` inside it; FI_PROVIDER=efa makes a missing EFA "
+            "fail at once instead of falling back.",
         )
     if failed:
         yield Found(

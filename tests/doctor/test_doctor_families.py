@@ -1,0 +1,250 @@
+"""Families of failures the doctor names from the components' own messages, each line printed
+as its component prints it (the format at the source named in each test), so that any log
+of the family is named, not one thread's."""
+
+from __future__ import annotations
+
+from trainops.doctor import analysis, catalog
+from trainops.doctor.expectation import Expectation
+from trainops.doctor.sources import memory_stream
+
+
+def _findings(*lines: str):
+    return analysis.diagnose([memory_stream("log", list(lines))], Expectation()).findings
+
+
+def _by_rule(*lines: str) -> dict:
+    return {f.rule: f for f in _findings(*lines)}
+
+
+def test_thc_cuda_runtime_error_of_old_torch_is_read_as_the_cuda_error_it_names():
+    """torch < 1.5, THCGeneral.cpp: `cuda runtime error (%d) : %s at %s:%d`."""
+    found = _by_rule(
+        "RuntimeError: cuda runtime error (101) : invalid device ordinal at "
+        "/opt/conda/conda-bld/pytorch/aten/src/THC/THCGeneral.cpp:51"
+    )
+    assert "launch-config-invalid" in found and "cuda-fatal" not in found
+
+
+def test_the_string_older_cuda_printed_for_a_busy_gpu_names_exclusive_mode():
+    """CUDA 10 and older: cudaErrorDevicesUnavailable printed 'all CUDA-capable devices are
+    busy or unavailable' (c10's `CUDA error: %s`)."""
+    found = _by_rule("RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable")
+    assert "Exclusive Process" in found["duplicate-gpu"].fix
+
+
+def test_a_cuda_string_that_itself_says_cuda_is_read_without_a_prefix():
+    entry = catalog.lookup("CUDA driver version is insufficient for CUDA runtime version")
+    assert entry is not None and entry.finding == "cuda-driver-too-old"
+
+
+def test_the_elastic_agent_reporting_exitcode_minus_9_names_the_oom_killer():
+    """torch/distributed/elastic/multiprocessing/api.py: `failed (exitcode: %s) local_rank:
+    %s (pid: %s) of binary: %s`."""
+    found = _by_rule(
+        "E1202 10:01:02.123000 812 torch/distributed/elastic/multiprocessing/api.py:869] "
+        "failed (exitcode: -9) local_rank: 3 (pid: 4242) of binary: /usr/bin/python3"
+    )
+    assert "OOM killer" in found["rank-killed"].message
+
+
+def test_the_kernel_oom_killer_line_is_a_killed_rank():
+    """Linux mm/oom_kill.c: `%s: Killed process %d (%s) total-vm:%lukB, anon-rss:%lukB, ...`."""
+    found = _by_rule(
+        "[81234.567890] Memory cgroup out of memory: Killed process 4242 (python3) "
+        "total-vm:98765432kB, anon-rss:65432100kB, file-rss:0kB, shmem-rss:0kB, UID:0 "
+        "pgtables:130000kB oom_score_adj:0"
+    )
+    assert "OOM killer killed" in found["rank-killed"].message
+
+
+def test_a_worker_ended_by_sigbus_names_dev_shm():
+    """ChildFailedError's table (torch/distributed/elastic/multiprocessing/errors):
+    `exitcode  : -7` and `Signal %d (%s) received by PID %d`."""
+    found = _by_rule(
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+        "  exitcode  : -7 (pid: 311)",
+        "  traceback : Signal 7 (SIGBUS) received by PID 311",
+    )
+    assert "SIGBUS" in found["shm-exhausted"].message
+    assert "/dev/shm" in found["shm-exhausted"].message
+
+
+def test_nvml_driver_library_mismatch_names_the_reboot():
+    """nvidia-smi: `Failed to initialize NVML: %s` with nvmlErrorString's text."""
+    found = _by_rule("Failed to initialize NVML: Driver/library version mismatch")
+    assert "Reboot" in found["nvml-error"].fix
+
+
+def test_gloo_pairs_of_two_address_families_are_named():
+    """gloo/transport/tcp/device.cc: GLOO_ENFORCE_EQ(ss1.ss_family, ss2.ss_family)."""
+    found = _by_rule(
+        "RuntimeError: [enforce fail at /opt/pytorch/third_party/gloo/gloo/transport/tcp/"
+        "device.cc:212] ss1.ss_family == ss2.ss_family. 10 vs 2"
+    )
+    assert "gloo-address-family" in found
+
+
+def test_gloo_host_name_without_a_local_address_is_not_read_as_an_interface_name():
+    """gloo/transport/tcp/device.cc prints 'Unable to find address for: ' from the host-name
+    lookup (`rp != nullptr`) and from the interface lookup (`ifa != nullptr`)."""
+    [hostname] = _findings(
+        "RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:83] "
+        "rp != nullptr. Unable to find address for: worker-3.example"
+    )
+    assert "host name worker-3.example" in hostname.message
+    assert "GLOO_SOCKET_IFNAME" in hostname.fix
+    assert "GLOO_SOCKET_IFNAME=" not in hostname.message
+    [iface] = _findings(
+        "RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:70] "
+        "ifa != nullptr. Unable to find address for: eth9"
+    )
+    assert "GLOO_SOCKET_IFNAME=eth9" in iface.message
+
+
+def test_a_failed_dmabuf_registration_names_dmabuf_support():
+    """NCCL src/misc/ibvwrap.cc: IBV_PTR_CHECK_ERRNO's `Call to ibv_reg_dmabuf_mr failed with
+    error %s` (NCCL sets EOPNOTSUPP itself when libibverbs lacks the symbol)."""
+    found = _by_rule(
+        "gpu-7:311:402 [2] NCCL INFO comm 0x1 rank 2 nranks 16 cudaDev 2 busId 4000 - Init START",
+        "gpu-7:311:402 [2] misc/ibvwrap.cc:201 NCCL WARN Call to ibv_reg_dmabuf_mr failed with "
+        "error Operation not supported",
+    )
+    assert "NCCL_DMABUF_ENABLE=0" in found["ib-memory-registration"].fix
+
+
+def test_a_truncated_bootstrap_message_does_not_assert_version_skew():
+    """NCCL src/bootstrap.cc: `Message truncated : received %d bytes instead of %d` (the two
+    ends disagree; with one NCCL everywhere it is the release's own bug)."""
+    found = _by_rule(
+        "gpu-2:80:91 [0] bootstrap.cc:77 NCCL WARN Message truncated : received 512 bytes "
+        "instead of 8",
+    )
+    assert "nccl-version-mismatch" not in found
+    assert "bug of that release" in found["nccl-internal-error"].message
+
+
+_ONE_RANK_TESTS = [
+    "# nThread 1 nGpus 1 minBytes 8 maxBytes 8388608 step: 2(factor) warmup iters: 5 iters: 20",
+    "#",
+    "# Using devices",
+    "#  Rank  0 Group  0 Pid   4711 on    box-a device  0 [0x41] NVIDIA L4",
+    "box-a:4711:4711 [0] NCCL INFO Bootstrap : Using lo:127.0.0.1<0>",
+    "box-a:4711:4720 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0>",
+    "box-a:4711:4719 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by "
+    "remote peer localhost<41234>",
+]
+
+
+def test_a_one_rank_nccl_test_over_loopback_blames_the_host_not_the_interface():
+    """nccl-tests lists every rank with its host (src/common.cu); with one rank loopback is
+    the right interface and the peer is the process itself."""
+    found = _by_rule(*_ONE_RANK_TESTS)
+    assert "unroutable-interface" not in found
+    assert "security" in found["bootstrap-connect-failed"].message
+
+
+def test_an_nccl_test_hanging_on_one_host_names_acs_and_the_iommu():
+    """NCCL's troubleshooting guide: ACS / IOMMU redirecting P2P through the root complex
+    cause a hang; nccl-tests' older rank line `Rank %2d uses device %2d [0x%02x] %s`,
+    pasted as a quote."""
+    lines = ["> Using devices"] + [
+        f">   Rank  {r} uses device  {r} [0x{r + 4:02x}] Tesla P100-PCIE-16GB" for r in range(4)
+    ]
+    [finding] = _findings(*lines)
+    assert finding.rule == "outcome-unproven"
+    assert "ACS" in finding.message and "iommu=pt" in finding.fix
+
+
+def test_a_log_ending_in_nvls_setup_is_a_hang_in_nvls_not_a_refusal():
+    """NCCL src/transport/nvls.cc: INFO `NVLS Bind mem %p UC handle 0x%llx MC handle 0x%llx
+    size %zu`."""
+    [finding] = _findings(
+        "hgx-4:90:99 [3] NCCL INFO NVLS Bind mem 0x7f2000000 UC handle 0x55d0 MC handle 0x55e0 "
+        "size 2097152"
+    )
+    assert finding.rule == "outcome-unproven" and "NCCL_NVLS_ENABLE=0" in finding.fix
+
+
+def test_the_tcp_provider_selected_by_aws_ofi_nccl_names_missing_efa_devices():
+    """aws-ofi-nccl src/nccl_ofi_net.cpp: `Selected Provider is %s (found %d nics)`."""
+    found = _by_rule(
+        "p4d-1:55:60 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.13.0-aws",
+        "p4d-1:55:60 [0] NCCL INFO NET/OFI Selected Provider is tcp (found 4 nics)",
+    )
+    assert "EFA" in found["net-plugin-failed"].message
+
+
+def test_the_efa_provider_selected_is_no_finding():
+    found = _by_rule(
+        "p4d-1:55:60 [0] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)",
+        "p4d-1:55:55 [0] NCCL INFO comm 0x1 rank 0 nranks 1 cudaDev 0 busId 1000 - Destroy "
+        "COMPLETE",
+    )
+    assert "net-plugin-failed" not in found
+
+
+def test_a_custom_all_reduce_without_peer_access_names_disabling_it():
+    """vLLM csrc/custom_all_reduce.cuh's CUDACHECK: `Failed: Cuda error %s:%d '%s'`."""
+    found = _by_rule(
+        "Failed: Cuda error /workspace/vllm/csrc/custom_all_reduce.cuh:368 'peer access is "
+        "not supported between these two devices'"
+    )
+    assert "disable-custom-all-reduce" in found["p2p-unsupported"].fix
+
+
+def test_a_gpu_index_the_process_does_not_see_is_a_launch_error():
+    """torch/cuda/__init__.py's deferred error around ATen's getDeviceProperties assert."""
+    found = _by_rule(
+        "torch.cuda.DeferredCudaCallError: CUDA call failed lazily at initialization with "
+        'error: device >= 0 && device < num_gpus INTERNAL ASSERT FAILED at "../aten/src/ATen/'
+        'cuda/CUDAContext.cpp":50, please report a bug to PyTorch.'
+    )
+    assert "launch-config-invalid" in found and "MIG" in found["launch-config-invalid"].message
+
+
+def test_nccls_fabric_manager_line_of_a_wrapped_nvls_warning_names_the_fabric_manager():
+    """NCCL src/transport/nvls.cc: the NVLS warning's second line, pasted without the first."""
+    found = _by_rule(
+        "Failed to bind NVLink SHARP (NVLS) Multicast memory of size 4194304",
+        "This is usually caused by a system or configuration error in the Fabric Manager or "
+        "NVSwitches.",
+    )
+    assert "nvswitch-fabric" in found
+
+
+def test_open_mpi_refused_cross_memory_attach_names_the_ptrace_capability():
+    """Open MPI opal/mca/btl/vader/btl_vader_get.c: `Read %ld, expected %lu, errno = %d`, as
+    opal_output prints it (`[host:pid] `) under mpirun's --tag-output."""
+    found = _by_rule(
+        "[1,2]<stderr>:[gpu-node-4:9311] Read -1, expected 65536, errno = 1",
+        "[1,3]<stderr>:[gpu-node-4:9312] Read -1, expected 65536, errno = 1",
+    )
+    assert "SYS_PTRACE" in found["nccl-system-error"].fix
+    assert "EPERM" in found["nccl-system-error"].message
+
+
+def test_a_failed_efa_address_vector_insert_leads_with_the_security_group():
+    """aws-ofi-nccl src/nccl_ofi_sendrecv.cpp: `Unable to insert remote address into address
+    vector for device %d.`; the AWS EFA user guide's security group rule."""
+    found = _by_rule(
+        "p5-2:70:80 [1] NCCL INFO NET/OFI Selected Provider is efa (found 32 nics)",
+        "p5-2:70:80 [1] nccl_ofi_sendrecv.cpp:1633 NCCL WARN NET/OFI Unable to insert remote "
+        "address into address vector for device 3.",
+    )
+    assert found["ib-qp-connect-failed"].fix.startswith("Allow EFA traffic")
+
+
+def test_a_wrapped_watchdog_timeout_after_the_training_loop_names_a_rank_zero_only_collective():
+    """ProcessGroupNCCL's watchdog message wrapped after its first clause, after Lightning's
+    fit loop printed "`Trainer.fit` stopped: `max_epochs=...` reached." (fit_loop.py)."""
+    found = _by_rule(
+        "`Trainer.fit` stopped: `max_epochs=3` reached.",
+        "[rank0]:[E1202 09:00:00.000000 77 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
+        "collective operation timeout:",
+        "    WorkNCCL(SeqNum=9120, OpType=BROADCAST, NumelIn=12, NumelOut=12, Timeout(ms)=600000)",
+        "    ran for 600042 milliseconds before timing out.",
+    )
+    timeout = found["collective-timeout"]
+    assert "BROADCAST" in timeout.message and "rank-0-only" in timeout.message
+    assert "every rank" in timeout.fix
