@@ -50,3 +50,23 @@ def test_doctor_on_hostile_logs(tmp_path: Path, case: str):
     inputs = sorted(p.name for p in tmp_path.iterdir())
     outcome = run_cli("doctor", "nccl", *inputs, cwd=tmp_path)
     assert_handled(outcome)
+
+
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x9b31m"
+
+
+@pytest.mark.parametrize("command", ["nccl", "nccl-tests"])
+def test_log_lines_never_reach_the_terminal_raw(tmp_path: Path, command: str):
+    """A log quoting terminal escape sequences (a title change, a screen clear, a C1
+    control): the report shows them spelled out, never as control characters."""
+    log = write(
+        tmp_path / f"host{ESCAPES}.log",
+        INIT.replace("host:1:1", f"host{ESCAPES}:1:1")
+        + f"host:1:1 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
+        f"10.0.0.2<45678> failed : Software caused connection abort{ESCAPES}\n",
+    )
+    outcome = run_cli("doctor", command, str(log), cwd=tmp_path)
+    assert_handled(outcome)
+    assert outcome.out
+    assert not any(c in outcome.out for c in "\x1b\x07\x9b")
+    assert "\\x1b" in outcome.out

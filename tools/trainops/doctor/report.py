@@ -1,4 +1,7 @@
-"""Doctor reports: a per-rank table and the findings with their evidence, as text or JSON."""
+"""Doctor reports: a per-rank table and the findings with their evidence, as text or JSON.
+
+Text spells the control characters of what the logs put in it (host names, quoted lines)
+as escapes: a log line must not drive the terminal or forge lines of the report."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from trainops.doctor.analysis import Diagnosis
 from trainops.doctor.evidence import RankRecord
 from trainops.doctor.findings import DoctorFinding
 from trainops.model import ERROR, WARNING
+from trainops.output import printable
 
 NO_PROBLEMS = "no problems found"
 
@@ -19,6 +23,7 @@ def _yes_no(value: bool | None) -> str:
 
 def table(rows: list[tuple[str, ...]]) -> list[str]:
     """Left-aligned columns, the first row being the header."""
+    rows = [tuple(printable(cell) for cell in row) for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
@@ -49,7 +54,8 @@ def rank_table(recs: list[RankRecord], attempts: bool = False) -> list[str]:
 def _finding_text(finding, suffix: str = "") -> list[str]:
     lines = [f"{finding.severity}: {finding.message} [{finding.rule}]{suffix}"]
     lines.append(f"    fix: {finding.fix}")
-    return lines + [f"    evidence: {item}" for item in finding.evidence]
+    lines += [f"    evidence: {item}" for item in finding.evidence]
+    return [printable(line) for line in lines]
 
 
 def finding_lines(diagnosis: Diagnosis) -> list[str]:
@@ -72,7 +78,8 @@ def plain_findings(findings: list) -> list[str]:
 
 def text(diagnosis: Diagnosis, header: list[str] = ()) -> str:
     several = len(diagnosis.attempts) > 1
-    lines = [*header, *rank_table(diagnosis.records, several), "", *finding_lines(diagnosis)]
+    lines = [*map(printable, header), *rank_table(diagnosis.records, several), ""]
+    lines += finding_lines(diagnosis)
     return "\n".join(lines) + "\n"
 
 
