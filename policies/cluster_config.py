@@ -1,13 +1,20 @@
 """Cluster configuration against the workloads it must serve: GPU sharing and driver
-versions (GPU Operator, device plugin), SR-IOV networks and policies, the RDMA shared
+versions (GPU Operator, device plugin), the device plugin's configs, MIG strategies and the
+node labels GPU feature discovery writes, SR-IOV networks and policies, the RDMA shared
 device plugin's resources, and IP ranges against the pods that attach them.
 
 Facts: NVIDIA k8s-device-plugin v0.18 `api/config/v1/replicas.go` (time-slicing and MPS
-replicas keep the resource name unless renamed); NVIDIA's CUDA compatibility guide
-(minimum driver per CUDA major); SR-IOV Network Operator v1.6.0 `api/v1` (SriovNetwork
-resourceName and networkNamespace, SriovNetworkNodePolicy isRdma and linkType);
-k8s-rdma-shared-dev-plugin v1.5.3 README (configList, resourcePrefix rdma); whereabouts
-v0.9.4 `pkg/allocate` (the range's network and broadcast addresses are not handed out).
+replicas keep the resource name unless renamed), `api/config/v1` and
+`cmd/nvidia-device-plugin` (the config file the plugin refuses to load), `internal/rm/rm.go`
+(only the mixed MIG strategy names nvidia.com/mig-<profile> resources), `cmd/config-manager`
+(the default config a ClusterPolicy names) and `internal/lm` (the node labels GPU feature
+discovery writes); GPU Operator v26.3.3 `controllers` (one ClusterPolicy served, the
+config-manager's default and fallback, the MIG strategy passed on); NVIDIA's CUDA
+compatibility guide (minimum driver per CUDA major); SR-IOV Network Operator v1.6.0
+`api/v1` (SriovNetwork resourceName and networkNamespace, SriovNetworkNodePolicy isRdma and
+linkType); k8s-rdma-shared-dev-plugin v1.5.3 README (configList, resourcePrefix rdma);
+whereabouts v0.9.4 `pkg/allocate` (the range's network and broadcast addresses are not
+handed out).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import yaml
 
 from trainops import multus
 from trainops.model import ERROR, WARNING, Document
-from trainops.policy import Context, Violation, pod_rule, resource_rule
+from trainops.policy import Context, Violation, needs, pod_rule, resource_rule, sets_any
 from trainops.policy.pods import (
     POD_KINDS,
     PodTemplate,
@@ -100,10 +107,10 @@ def _sharing(ctx: Context) -> list[tuple[Document, str, tuple[str, int, bool], b
         shared = _shares_gpus(config)
         if shared is None:
             continue
-        keys = [k for k in mapping(doc.obj.get("data"))]
-        everywhere = (
-            default is not None and default[0] == doc.name and (default[1] == key or len(keys) == 1)
-        )
+        # Nodes without a nvidia.com/device-plugin.config label get the ClusterPolicy's
+        # default config, or none: the GPU Operator's config-manager falls back to an empty
+        # config (FALLBACK_STRATEGIES=empty), even when the ConfigMap holds a single entry.
+        everywhere = default is not None and default == (doc.name, key)
         found.append((doc, key, shared, everywhere))
     return found
 
@@ -429,3 +436,589 @@ def _attachments(ctx: Context) -> dict[int, tuple[int, int]]:
             largest, total = out.get(key, (0, 0))
             out[key] = (max(largest, pods), total + pods)
     return out
+
+
+# -- NVIDIA device plugin v0.18.2 configs and the GPU Operator's ClusterPolicy ---------------
+
+DEVICE_PLUGIN = (
+    "https://github.com/NVIDIA/k8s-device-plugin/blob/fb1242add205d8563f9c604b8ba239607b4083e6/"
+)
+GPU_OPERATOR = (
+    "https://github.com/NVIDIA/gpu-operator/blob/b0a49c0e7b2e061dcd83f2bb2fe4fe960c5d0338/"
+)
+CONFIG_KEYS = frozenset({"version", "flags", "sharing", "resources", "imex"})
+MIG_STRATEGIES = ("none", "single", "mixed")
+DEVICE_ID_STRATEGIES = ("uuid", "index")
+DEVICE_LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+
+
+def _named_plugin_configs(ctx: Context) -> set[str]:
+    """Names of the ConfigMaps the render's ClusterPolicies give the device plugin."""
+    names = set()
+    for policy in ctx.of_kind("ClusterPolicy"):
+        plugin = mapping(mapping(policy.obj.get("spec")).get("devicePlugin"))
+        name = mapping(plugin.get("config")).get("name")
+        if isinstance(name, str) and name:
+            names.add(name)
+    return names
+
+
+def _plugin_config_entries(doc: Document, ctx: Context) -> list[tuple[str, Any]]:
+    """(key, parsed value) of each device plugin config in a ConfigMap: every entry of one a
+    ClusterPolicy names, else entries that read as a config (version and flags or sharing,
+    nothing else)."""
+    named = doc.name in ctx.memo("plugin-config-names", lambda: _named_plugin_configs(ctx))
+    out = []
+    for key, text in mapping(doc.obj.get("data")).items():
+        if not isinstance(text, str):
+            continue
+        try:
+            config = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            if named:
+                out.append((str(key), exc))
+            continue
+        looks_like = (
+            isinstance(config, dict)
+            and "version" in config
+            and ("flags" in config or "sharing" in config)
+            and set(config) <= CONFIG_KEYS
+        )
+        if named or looks_like:
+            out.append((str(key), config))
+    return out
+
+
+def _config_problems(config: Any) -> Iterator[str]:
+    """What makes the device plugin (and GFD) refuse a config and exit."""
+    if isinstance(config, yaml.YAMLError):
+        yield f"is not YAML ({str(config).splitlines()[0]})"
+        return
+    if not isinstance(config, dict):
+        yield "is not a mapping"
+        return
+    version = config.get("version")
+    if version not in (None, "", "v1"):
+        yield f"has version {version!r}: only v1 exists ('unknown version')"
+    flags = mapping(config.get("flags"))
+    strategy = flags.get("migStrategy")
+    if strategy is not None and strategy not in MIG_STRATEGIES:
+        yield f"sets migStrategy {strategy!r} (none, single or mixed)"
+    plugin = mapping(flags.get("plugin"))
+    id_strategy = plugin.get("deviceIDStrategy")
+    if id_strategy is not None and id_strategy not in DEVICE_ID_STRATEGIES:
+        yield f"sets deviceIDStrategy {id_strategy!r} (uuid or index)"
+    list_strategy = plugin.get("deviceListStrategy")
+    for value in list_strategy if isinstance(list_strategy, list) else [list_strategy]:
+        if value is not None and value not in DEVICE_LIST_STRATEGIES:
+            yield f"sets deviceListStrategy {value!r} ({', '.join(DEVICE_LIST_STRATEGIES)})"
+    sharing = mapping(config.get("sharing"))
+    for name in ("timeSlicing", "mps"):
+        if name in sharing:
+            yield from (f"sharing.{name} {p}" for p in _sharing_problems(sharing.get(name)))
+    mps = mapping(sharing.get("mps"))
+    if strategy == "mixed" and dicts(mps.get("resources")):
+        yield "shares by MPS with migStrategy mixed, which MPS does not support"
+
+
+def _sharing_problems(shared: Any) -> Iterator[str]:
+    resources = mapping(shared).get("resources")
+    if not isinstance(resources, list) or not resources:
+        yield "has no resources"
+        return
+    for index, resource in enumerate(resources):
+        resource = mapping(resource)
+        if "name" not in resource:
+            yield f"resource {index} has no name"
+        replicas = resource.get("replicas")
+        if "replicas" not in resource:
+            yield f"resource {index} has no replicas"
+        elif not is_int(replicas) or replicas < 2:
+            yield f"resource {index} has replicas {replicas!r}: it must be 2 or more"
+        devices = resource.get("devices", "all")
+        if isinstance(devices, str) and devices != "all":
+            yield f"resource {index} has devices {devices!r}: the only string allowed is all"
+        elif is_int(devices) and devices <= 0:
+            yield f"resource {index} has devices {devices}: a count must be above 0"
+
+
+@resource_rule(
+    id="device-plugin-config-invalid",
+    severity=ERROR,
+    title="NVIDIA device plugin configs are ones the plugin can load",
+    why="The NVIDIA device plugin and GPU feature discovery read their config file (a "
+    "ConfigMap entry the ClusterPolicy's devicePlugin.config names) and exit when it does not "
+    "load: a version other than v1, a migStrategy other than none/single/mixed, an unknown "
+    "deviceIDStrategy or deviceListStrategy, a timeSlicing or mps section without resources, "
+    "a resource without a name or replicas, replicas below 2, devices other than all, a "
+    "positive count or a list, or MPS with migStrategy mixed. On every node using that "
+    "config no GPU is advertised and GPU pods stay Pending.",
+    fix="Write version: v1, replicas of 2 or more for each shared resource, and a "
+    "migStrategy of none, single or mixed (not mixed with MPS).",
+    kinds=("ConfigMap",),
+    source=(
+        DEVICE_PLUGIN + "api/config/v1/config.go#L115-L138",
+        DEVICE_PLUGIN + "api/config/v1/replicas.go#L166-L326",
+        DEVICE_PLUGIN + "cmd/nvidia-device-plugin/main.go#L190-L230",
+    ),
+)
+def device_plugin_config_invalid(doc: Document, ctx: Context) -> Iterator[Violation]:
+    for key, config in _plugin_config_entries(doc, ctx):
+        for problem in _config_problems(config):
+            yield Violation(f"device plugin config {key} {problem}", ("data", key))
+
+
+@resource_rule(
+    id="clusterpolicy-device-plugin-config",
+    severity=ERROR,
+    title="The ClusterPolicy's default device plugin config is an entry of its ConfigMap",
+    why="The GPU Operator runs the device plugin's config-manager with DEFAULT_CONFIG set to "
+    "devicePlugin.config.default and the fallback 'empty'. A default that is not a key of "
+    "the ConfigMap fails the config-manager ('specified config ... does not exist') on every "
+    "node without a nvidia.com/device-plugin.config label: the device plugin never starts "
+    "there and no GPU is advertised. Without a default those nodes quietly get an empty "
+    "config, even when the ConfigMap holds a single entry: its sharing or MIG settings "
+    "apply only to labelled nodes.",
+    fix="Set devicePlugin.config.default to one of the ConfigMap's keys.",
+    kinds=("ClusterPolicy",),
+    source=(
+        DEVICE_PLUGIN + "cmd/config-manager/main.go#L336-L392",
+        GPU_OPERATOR + "controllers/object_controls.go#L2895-L2931",
+    ),
+    when={
+        "error": "the default names no entry of the ConfigMap",
+        "warning": "no default: the GPU Operator's fallback is an empty config",
+    },
+)
+def clusterpolicy_device_plugin_config(doc: Document, ctx: Context) -> Iterator[Violation]:
+    config = mapping(mapping(mapping(doc.obj.get("spec")).get("devicePlugin")).get("config"))
+    name = config.get("name")
+    if not isinstance(name, str) or not name:
+        return
+    configmap = ctx.find("ConfigMap", name)
+    if configmap is None:
+        return
+    keys = sorted(str(k) for k in mapping(configmap.obj.get("data")))
+    default = config.get("default")
+    at = ("spec", "devicePlugin", "config")
+    if default and str(default) not in keys:
+        yield Violation(
+            f"default config {default!r} is not an entry of ConfigMap {name} "
+            f"({', '.join(keys) or 'none'})",
+            (*at, "default"),
+        )
+    elif not default and keys:
+        yield Violation(
+            f"no default config: nodes without a nvidia.com/device-plugin.config label get "
+            f"an empty config, not {' or '.join(keys)}",
+            at,
+            severity=WARNING,
+        )
+
+
+def _mig_strategy(ctx: Context) -> tuple[str, bool] | None:
+    """(MIG strategy of the render's ClusterPolicy, whether a device plugin config of the
+    render may change it per node)."""
+    policies = ctx.of_kind("ClusterPolicy")
+    if not policies:
+        return None
+    spec = mapping(policies[0].obj.get("spec"))
+    if mapping(spec.get("devicePlugin")).get("enabled") is False:
+        return None  # another device plugin serves the GPUs
+    strategy = str(mapping(spec.get("mig")).get("strategy") or "none")
+    named = mapping(mapping(spec.get("devicePlugin")).get("config")).get("name")
+    overridable = bool(named) and ctx.find("ConfigMap", str(named)) is None
+    for doc in ctx.of_kind("ConfigMap"):
+        for _, config in _plugin_config_entries(doc, ctx):
+            if isinstance(config, dict) and "migStrategy" in mapping(config.get("flags")):
+                overridable = True
+    return strategy, overridable
+
+
+@needs("resources")
+def requests_mig(pod: PodTemplate) -> bool:
+    """Pods with a container that asks for a MIG resource of the mixed strategy."""
+    return any(str(n).startswith(MIG_RESOURCE_PREFIX) for n in pod.resource_names)
+
+
+@pod_rule(
+    id="mig-strategy-resources",
+    severity=ERROR,
+    title="Pods ask for MIG resources the ClusterPolicy's MIG strategy advertises",
+    why="Only the mixed MIG strategy advertises MIG devices as nvidia.com/mig-<profile> "
+    "(e.g. nvidia.com/mig-1g.10gb); under single they are nvidia.com/gpu, and under none "
+    "(the device plugin's default when the ClusterPolicy sets no strategy) they are not "
+    "advertised at all. A pod asking for nvidia.com/mig-* on a cluster whose ClusterPolicy "
+    "says single or none stays Pending ('Insufficient nvidia.com/mig-1g.10gb'), and so does "
+    "one asking for a profile that no layout of the ClusterPolicy's own MIG config "
+    "(migManager.config) creates.",
+    fix="Set mig.strategy: mixed in the ClusterPolicy, or ask for nvidia.com/gpu under the "
+    "single strategy.",
+    applies=requests_mig,
+    source=(
+        DEVICE_PLUGIN + "internal/rm/rm.go#L98-L125",
+        DEVICE_PLUGIN + "cmd/nvidia-device-plugin/main.go#L60-L66",
+        GPU_OPERATOR + "controllers/object_controls.go#L2794-L2806",
+        GPU_OPERATOR + "controllers/object_controls.go#L2008-L2030",
+    ),
+    when={
+        "error": "the ClusterPolicy's strategy is single or none and no device plugin config "
+        "of the render may set another per node, or it is mixed and the render's MIG config "
+        "has no layout with the profile",
+        "warning": "the ClusterPolicy names a device plugin config the render does not hold, "
+        "or one that sets migStrategy, so some nodes may use mixed",
+    },
+)
+def mig_strategy_resources(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    found = ctx.memo("mig-strategy", lambda: _mig_strategy(ctx))
+    if found is None:
+        return
+    if found[0] == "mixed":
+        yield from _unconfigured_profiles(pod, ctx)
+        return
+    strategy, overridable = found
+    for key, index, container in pod.all_containers:
+        if key != "containers":
+            continue
+        for name in resources(container, "limits") | resources(container, "requests"):
+            if str(name).startswith(MIG_RESOURCE_PREFIX):
+                yield Violation(
+                    f"{name} is advertised only under mig.strategy mixed; the ClusterPolicy "
+                    f"uses {strategy}"
+                    + (" (a device plugin config may change it per node)" if overridable else ""),
+                    (*pod.container_path(index), "resources"),
+                    severity=WARNING if overridable else None,
+                )
+                break
+
+
+_MIG_CORE = re.compile(r"\d+g\.\d+gb")
+
+
+def _configured_profiles(ctx: Context) -> set[str] | None:
+    """The GPU instance profiles (1g.10gb, ...) some layout of the ClusterPolicy's own MIG
+    config creates; None without one in the render."""
+    name = ctx.memo("custom-mig-config", lambda: _custom_mig_config(ctx))
+    doc = ctx.find("ConfigMap", name) if name else None
+    text = mapping(doc.obj.get("data")).get(MIG_CONFIG_KEY) if doc is not None else None
+    try:
+        spec = yaml.safe_load(text) if isinstance(text, str) else None
+    except yaml.YAMLError:
+        return None
+    if not isinstance(spec, dict) or not isinstance(spec.get("mig-configs"), dict):
+        return None
+    found = set()
+    for entries in spec["mig-configs"].values():
+        for entry in dicts(entries):
+            for profile in mapping(entry.get("mig-devices")):
+                found.update(_MIG_CORE.findall(str(profile)))
+    return found
+
+
+def _unconfigured_profiles(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    profiles = ctx.memo("configured-mig-profiles", lambda: _configured_profiles(ctx))
+    if profiles is None:
+        return
+    for key, index, container in pod.all_containers:
+        if key != "containers":
+            continue
+        for name in resources(container, "limits") | resources(container, "requests"):
+            core = _MIG_CORE.findall(str(name)[len(MIG_RESOURCE_PREFIX) :])
+            if str(name).startswith(MIG_RESOURCE_PREFIX) and core and core[0] not in profiles:
+                yield Violation(
+                    f"{name}: no layout of the ClusterPolicy's MIG config creates "
+                    f"{core[0]} instances ({', '.join(sorted(profiles)) or 'none'})",
+                    (*pod.container_path(index), "resources"),
+                )
+
+
+# -- GPU feature discovery labels in node selectors ------------------------------------------
+
+GFD_FAMILIES = frozenset(
+    {
+        "tesla",
+        "fermi",
+        "kepler",
+        "maxwell",
+        "pascal",
+        "volta",
+        "turing",
+        "ampere",
+        "ada-lovelace",
+        "hopper",
+        "blackwell",
+        "undefined",
+    }
+)
+GFD_INTEGER_LABELS = frozenset(
+    {
+        "nvidia.com/gpu.count",
+        "nvidia.com/gpu.replicas",
+        "nvidia.com/gpu.memory",
+        "nvidia.com/gpu.compute.major",
+        "nvidia.com/gpu.compute.minor",
+        "nvidia.com/cuda.driver.major",
+        "nvidia.com/cuda.driver.minor",
+        "nvidia.com/cuda.runtime.major",
+        "nvidia.com/cuda.runtime.minor",
+        "nvidia.com/cuda.driver-version.major",
+        "nvidia.com/cuda.driver-version.minor",
+        "nvidia.com/cuda.runtime-version.major",
+        "nvidia.com/cuda.runtime-version.minor",
+    }
+)
+GFD_CHOICES = {
+    "nvidia.com/gpu.family": GFD_FAMILIES,
+    "nvidia.com/gpu.sharing-strategy": frozenset({"none", "time-slicing", "mps"}),
+    "nvidia.com/mig.capable": frozenset({"true", "false"}),
+    "nvidia.com/mps.capable": frozenset({"true", "false"}),
+}
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+# Every other nvidia.com/gpu.* node label GFD (v0.18.2 internal/lm) or the GPU Operator
+# (v26.3.3 controllers) writes; other keys of that prefix are written by neither.
+GPU_LABELS = frozenset(
+    {
+        *GFD_INTEGER_LABELS,
+        *GFD_CHOICES,
+        PRODUCT_LABEL,
+        "nvidia.com/gpu.machine",
+        "nvidia.com/gpu.clique",
+        "nvidia.com/gpu.mode",
+        "nvidia.com/gpu.multiprocessors",
+        "nvidia.com/gpu.present",
+        "nvidia.com/gpu.workload.config",
+    }
+)
+GPU_LABEL_PREFIXES = ("nvidia.com/gpu.deploy.", "nvidia.com/gpu.engines.", "nvidia.com/gpu.slices.")
+LABELER = DEVICE_PLUGIN + "internal/lm/"
+
+
+def _label_problem(key: str, value: str, shared_everywhere: bool) -> tuple[str, str | None] | None:
+    """(why no node has `key=value`, severity override) for a GPU label, or None."""
+    if key in GFD_INTEGER_LABELS and not value.isdigit():
+        return f"GPU feature discovery writes {key} as a whole number, never {value!r}", None
+    choices = GFD_CHOICES.get(key)
+    if choices is not None and value not in choices:
+        return f"GPU feature discovery writes {key} as one of {', '.join(sorted(choices))}", None
+    if key == PRODUCT_LABEL and shared_everywhere and not value.endswith("-SHARED"):
+        return (
+            f"nvidia.com/gpu is time-sliced or shared on every node, so GFD writes {key} "
+            f"as {value}-SHARED",
+            None,
+        )
+    if (
+        key.startswith("nvidia.com/gpu.")
+        and key not in GPU_LABELS
+        and not key.startswith(GPU_LABEL_PREFIXES)
+    ):
+        return f"neither GFD nor the GPU Operator writes a {key} label", WARNING
+    return None
+
+
+def _shared_everywhere(ctx: Context) -> bool:
+    """nvidia.com/gpu is shared, under its own name, by the only config the plugin has."""
+    return any(
+        everywhere and len(mapping(doc.obj.get("data"))) == 1
+        for doc, _, _, everywhere in ctx.memo("gpu-sharing", lambda: _sharing(ctx))
+    )
+
+
+@pod_rule(
+    id="gfd-node-labels",
+    severity=ERROR,
+    title="Node selectors on GPU labels use values GPU feature discovery writes",
+    why="GPU feature discovery writes nvidia.com/gpu.family in lowercase (hopper, ampere, "
+    "ada-lovelace, blackwell, ...), counts, memory (MiB) and CUDA versions as whole numbers, "
+    "sharing-strategy as none/time-slicing/mps, and appends -SHARED to nvidia.com/gpu.product "
+    "when nvidia.com/gpu is time-sliced or shared under its own name. A nodeSelector (or "
+    "every required node affinity term) asking for another value matches no node, and the "
+    "pod stays Pending; a nvidia.com/gpu.* key that no NVIDIA component writes is most "
+    "likely misspelt.",
+    fix="Copy the label from a GPU node (kubectl get node -L nvidia.com/gpu.product), e.g. "
+    "nvidia.com/gpu.family: hopper, nvidia.com/gpu.memory: '81559'.",
+    applies=sets_any("nodeSelector", "affinity"),
+    source=(
+        LABELER + "resource.go#L180-L318",
+        LABELER + "nvml.go#L120-L141",
+    ),
+    when={
+        "error": "a value GFD never writes for that label (or the product without -SHARED "
+        "when the only device plugin config shares nvidia.com/gpu on every node)",
+        "warning": "a nvidia.com/gpu.* key neither GFD nor the GPU Operator writes",
+    },
+)
+def gfd_node_labels(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    shared = ctx.memo("gpu-shared-everywhere", lambda: _shared_everywhere(ctx))
+    for key, value in mapping(pod.spec.get("nodeSelector")).items():
+        found = _label_problem(str(key), str(value), shared)
+        if found is not None:
+            yield Violation(
+                f"nodeSelector {key}: {value}: {found[0]}",
+                (*pod.path, "nodeSelector", key),
+                severity=found[1],
+            )
+    yield from _affinity_problems(pod, shared)
+
+
+def _affinity_problems(pod: PodTemplate, shared: bool) -> Iterator[Violation]:
+    affinity = mapping(mapping(pod.spec.get("affinity")).get("nodeAffinity"))
+    required = mapping(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    terms = dicts(required.get("nodeSelectorTerms"))
+    found = []
+    for term in terms:
+        problem = None
+        for expression in dicts(term.get("matchExpressions")):
+            values = expression.get("values")
+            if expression.get("operator") != "In" or not isinstance(values, list) or not values:
+                continue
+            key = str(expression.get("key"))
+            problems = [_label_problem(key, str(v), shared) for v in values]
+            if all(p is not None for p in problems):
+                problem = (key, problems[0])
+                break
+        found.append(problem)
+    if not terms or any(p is None for p in found):
+        return  # some term can still match
+    at = (*pod.path, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+    for key, (why, severity) in [p for p in found if p is not None]:
+        yield Violation(f"required node affinity on {key}: {why}", at, severity=severity)
+
+
+@resource_rule(
+    id="clusterpolicy-singleton",
+    severity=WARNING,
+    title="A cluster has one ClusterPolicy",
+    why="The GPU Operator reconciles the first ClusterPolicy it sees and marks every other "
+    "one ignored: the driver, device plugin, MIG and sharing settings of the others never "
+    "apply, and which one wins depends on the order the operator meets them.",
+    fix="Keep one ClusterPolicy per cluster and put every setting in it.",
+    kinds=("ClusterPolicy",),
+    source=GPU_OPERATOR + "controllers/clusterpolicy_controller.go#L115-L121",
+)
+def clusterpolicy_singleton(doc: Document, ctx: Context) -> Iterator[Violation]:
+    names = sorted({policy.name for policy in ctx.of_kind("ClusterPolicy")})
+    if len(names) > 1:
+        others = ", ".join(n for n in names if n != doc.name)
+        yield Violation(
+            f"ClusterPolicy {doc.name} is one of {len(names)} (also {others}): the operator "
+            "serves one and ignores the rest",
+            ("metadata", "name"),
+        )
+
+
+# -- MIG manager (mig-parted v0.15.0) configs ------------------------------------------------
+
+MIG_PARTED = "https://github.com/NVIDIA/mig-parted/blob/e2d5ad1fc72b9d298ea6d04b885cf2d7dbe56941/"
+MIG_CONFIG_KEY = "config.yaml"
+_MIG_PROFILE = re.compile(
+    r"^(\d+c\.)?\d+g\.\d+gb([+-][A-Za-z][A-Za-z0-9.]*(,[A-Za-z][A-Za-z0-9.]*)*)?$"
+)
+MIG_ENTRY_KEYS = frozenset({"device-filter", "devices", "mig-enabled", "mig-devices"})
+
+
+def _custom_mig_config(ctx: Context) -> str | None:
+    """The ConfigMap the render's ClusterPolicy gives the MIG manager instead of its own."""
+    for policy in ctx.of_kind("ClusterPolicy"):
+        manager = mapping(mapping(policy.obj.get("spec")).get("migManager"))
+        name = mapping(manager.get("config")).get("name")
+        if manager.get("enabled", True) is not False and isinstance(name, str) and name:
+            return name
+    return None
+
+
+def _mig_spec_problems(spec: Any) -> Iterator[str]:
+    """What mig-parted's spec parser refuses (api/spec/v1/spec.go)."""
+    if not isinstance(spec, dict):
+        yield "is not a mapping"
+        return
+    if spec.get("version") != "v1":
+        yield f"has version {spec.get('version')!r}: mig-parted reads only v1"
+    for key in set(spec) - {"version", "mig-configs"}:
+        yield f"has the unexpected field {key!r}"
+    configs = spec.get("mig-configs")
+    if "mig-configs" in spec and (not isinstance(configs, dict) or not configs):
+        yield "has no entries in mig-configs"
+        return
+    for name, entries in mapping(configs).items():
+        if not isinstance(entries, list) or not entries:
+            yield f"config {name} has no entries"
+            continue
+        for index, entry in enumerate(entries):
+            for problem in _mig_entry_problems(mapping(entry)):
+                yield f"config {name} entry {index} {problem}"
+
+
+def _mig_entry_problems(entry: dict[str, Any]) -> Iterator[str]:
+    for key in ("devices", "mig-enabled"):
+        if key not in entry:
+            yield f"has no {key}"
+    for key in sorted(set(entry) - MIG_ENTRY_KEYS):
+        yield f"has the unexpected field {key!r}"
+    devices = entry.get("devices")
+    if isinstance(devices, str) and devices != "all":
+        yield f"has devices {devices!r}: the only string allowed is all"
+    elif "devices" in entry and not isinstance(devices, (str, list)):
+        yield "has devices that are neither all nor a list of GPU indices"
+    elif isinstance(devices, list) and not all(is_int(d) for d in devices):
+        yield "has devices that are not all GPU indices"
+    enabled = entry.get("mig-enabled")
+    if "mig-enabled" in entry and not isinstance(enabled, bool):
+        yield f"has mig-enabled {enabled!r}, not true or false"
+    wanted = entry.get("mig-devices")
+    if enabled is True and wanted is None:
+        yield "enables MIG without mig-devices"
+    if enabled is False and wanted:
+        yield "lists mig-devices with mig-enabled false"
+    if isinstance(wanted, dict) and wanted:
+        for profile, count in wanted.items():
+            if not _MIG_PROFILE.match(str(profile)):
+                yield f"has the MIG profile {profile!r}, not <g>g.<memory>gb (e.g. 1g.10gb)"
+            elif not is_int(count) or count < 0:
+                yield f"has the count {count!r} for {profile}"
+        if all(is_int(c) and c == 0 for c in wanted.values()):
+            yield "has a count of 0 for every MIG profile"
+
+
+@resource_rule(
+    id="mig-parted-config-invalid",
+    severity=ERROR,
+    title="The MIG manager's config parses",
+    why="With migManager.config.name the GPU Operator mounts that ConfigMap's config.yaml in "
+    "place of its own MIG layouts, and the MIG manager parses it whenever a node's "
+    "nvidia.com/mig.config label asks for a layout. mig-parted refuses a file without "
+    "config.yaml, without version: v1, with unknown fields, an empty layout, an entry "
+    "without devices or mig-enabled, devices other than all or GPU indices, mig-enabled "
+    "without mig-devices (or mig-devices with MIG off), a profile not written <g>g.<mem>gb, "
+    "or only zero counts. The node's mig.config.state becomes failed and its GPUs are "
+    "never partitioned: pods asking for those MIG devices stay Pending.",
+    fix="Start from the operator's default-mig-parted-config: version: v1, mig-configs: "
+    "{<name>: [{devices: all, mig-enabled: true, mig-devices: {1g.10gb: 7}}]}.",
+    kinds=("ConfigMap",),
+    source=(
+        MIG_PARTED + "api/spec/v1/spec.go#L46-L183",
+        MIG_PARTED + "pkg/types/mig_config.go#L39-L59",
+        GPU_OPERATOR + "controllers/object_controls.go#L2008-L2030",
+    ),
+)
+def mig_parted_config_invalid(doc: Document, ctx: Context) -> Iterator[Violation]:
+    if doc.name != ctx.memo("custom-mig-config", lambda: _custom_mig_config(ctx)):
+        return
+    data = mapping(doc.obj.get("data"))
+    text = data.get(MIG_CONFIG_KEY)
+    if not isinstance(text, str):
+        yield Violation(
+            f"the MIG manager reads {MIG_CONFIG_KEY} and this ConfigMap has no such entry "
+            f"({', '.join(sorted(map(str, data))) or 'none'})",
+            ("data",),
+        )
+        return
+    try:
+        spec = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        yield Violation(
+            f"{MIG_CONFIG_KEY} is not YAML ({str(exc).splitlines()[0]})", ("data", MIG_CONFIG_KEY)
+        )
+        return
+    for problem in _mig_spec_problems(spec):
+        yield Violation(f"{MIG_CONFIG_KEY} {problem}", ("data", MIG_CONFIG_KEY))

@@ -95,16 +95,18 @@ SCALABLE_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "LeaderWorkerSet")
     id="hpa-replicas-in-git",
     severity=WARNING,
     title="Objects an autoscaler scales leave spec.replicas out of Git",
-    why="A HorizontalPodAutoscaler writes spec.replicas of its target. When Git sets it too, "
-    "every sync (and every self-heal) resets the autoscaler's choice and the pods are scaled "
-    "back and forth (argo-cd#5105).",
+    why="A HorizontalPodAutoscaler (or the one a KEDA ScaledObject creates) writes "
+    "spec.replicas of its target. When Git sets it too, every sync (and every self-heal) "
+    "resets the autoscaler's choice and the pods are scaled back and forth (argo-cd#5105).",
     fix="Remove spec.replicas from the target's manifest (the autoscaler's minReplicas applies), "
     "or tell Argo CD to ignore /spec/replicas of that object.",
-    kinds=("HorizontalPodAutoscaler",),
+    kinds=("HorizontalPodAutoscaler", "ScaledObject"),
 )
 def hpa_replicas(doc: Document, ctx: Context) -> Iterator[Violation]:
     target = mapping(mapping(doc.obj.get("spec")).get("scaleTargetRef"))
-    kind, name = target.get("kind"), target.get("name")
+    # A ScaledObject's target kind defaults to Deployment (KEDA's scaleTargetRef).
+    default = "Deployment" if doc.kind == "ScaledObject" else None
+    kind, name = target.get("kind", default), target.get("name")
     if kind not in SCALABLE_KINDS or not isinstance(name, str):
         return
     scaled = ctx.find(str(kind), name, doc.namespace or None)

@@ -291,6 +291,12 @@ def multinode_args(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
 @pod_rule(
     id="rendezvous-host-resolves",
     severity=ERROR,
+    when={
+        "error": "the hostname cannot resolve: a subdomain, replicated job or DNS setting "
+        "that the pods do not get",
+        "warning": "an Indexed Job's hostname needs a headless Service this render does not "
+        "define (it may be applied apart)",
+    },
     source="https://github.com/kubernetes-sigs/jobset/blob/f22e565ac3cc3265c7c45ef67ecffdc689af5d77/pkg/controllers/jobset_controller.go#L1090-L1097",
     title="Rendezvous hostnames are ones the pods really get",
     why="A pod of an Indexed Job is reachable as <job>-<index>.<subdomain> only when its "
@@ -558,3 +564,66 @@ def exitcode_policy_launcher(pod: PodTemplate, ctx: Context) -> Iterator[Violati
         )
     at = (*pod.container_path(index), "command" if "command" in container else "args")
     yield Violation(f"{pod.role} {where}, {problem}", at)
+
+
+TORCHRUN_SOURCE = "https://github.com/pytorch/pytorch/blob/v2.9.0/torch/distributed/run.py"
+# What torchrun's --nproc-per-node takes besides a number (determine_local_world_size),
+# and the rendezvous backends torch registers.
+NPROC_WORDS = ("cpu", "gpu", "auto", "xpu", "hpu", "npu", "mtia", "privateuseone")
+RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
+
+
+def sees_gpus(pod: PodTemplate, container: dict[str, Any]) -> bool:
+    """The container may see GPUs: it asks for some (whole GPUs, MIG slices, shares, DRA
+    claims) or gets them from a runtime class, NVIDIA_VISIBLE_DEVICES or privilege."""
+    asked = {
+        str(name)
+        for section in ("limits", "requests")
+        for name in mapping(mapping(container.get("resources")).get(section))
+    }
+    return bool(
+        gpu_count(container)
+        or any("gpu" in name or "mig-" in name for name in asked)
+        or pod.spec.get("resourceClaims")
+        or pod.spec.get("runtimeClassName")
+        or "NVIDIA_VISIBLE_DEVICES" in env_of(container)
+        or mapping(container.get("securityContext")).get("privileged") is True
+    )
+
+
+@pod_rule(
+    id="torchrun-flag-values",
+    severity=ERROR,
+    source=TORCHRUN_SOURCE,
+    title="torchrun's flags have values it accepts",
+    why="torchrun's config_from_args refuses --nproc-per-node values other than a number, "
+    "cpu, gpu, auto or an accelerator's name, and --nproc-per-node gpu where CUDA sees no "
+    "GPU ('Cuda is not available'); it asserts 0 < MIN <= MAX for --nnodes MIN:MAX, and a "
+    "--rdzv-backend other than static, c10d, etcd or etcd-v2 is not registered. torchrun "
+    "exits before it starts a worker.",
+    fix="Give --nproc-per-node a number or gpu (in a container that requests GPUs), "
+    "--nnodes N or MIN:MAX with MIN <= MAX, and --rdzv-backend c10d.",
+    applies=common.runs_torchrun,
+)
+def torchrun_flag_values(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for index, container, words in _words(pod):
+        at = pod.container_path(index)
+        nproc, _ = commandline.flag(words, *NPROC)
+        if nproc is not None and not _unresolved(nproc) and not nproc.isdigit():
+            if nproc not in NPROC_WORDS:
+                yield Violation(f"--nproc-per-node={nproc}: torchrun raises ValueError", at)
+            elif nproc == "gpu" and not sees_gpus(pod, container):
+                yield Violation(
+                    "--nproc-per-node=gpu in a container that gets no GPU: torchrun raises "
+                    "'Cuda is not available'",
+                    at,
+                )
+        nnodes, _ = commandline.flag(words, *NNODES)
+        if nnodes is not None and not _unresolved(nnodes):
+            low, _, high = nnodes.partition(":")
+            high = high or low
+            if low.isdigit() and high.isdigit() and not 0 < int(low) <= int(high):
+                yield Violation(f"--nnodes={nnodes}: torchrun asserts 0 < MIN <= MAX", at)
+        backend, _ = commandline.flag(words, *RDZV_BACKEND)
+        if backend is not None and not _unresolved(backend) and backend not in RDZV_BACKENDS:
+            yield Violation(f"--rdzv-backend={backend} is not a registered rendezvous backend", at)

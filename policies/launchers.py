@@ -18,7 +18,7 @@ from trainops.model import ERROR, WARNING, Document
 from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import PodTemplate, env_of, gpu_count, is_int, mapping
 
-from . import commandline, common
+from . import commandline, common, launch
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
 MIXED_PRECISION = ("no", "fp16", "bf16", "fp8")
@@ -172,6 +172,51 @@ def _accelerate_multinode(
             )
 
 
+ACCELERATE_MODES = ("--cpu", "--multi_gpu", "--tpu", "--use_deepspeed", "--use_fsdp")
+
+
+@pod_rule(
+    id="accelerate-launch-flags",
+    severity=ERROR,
+    source="https://github.com/huggingface/accelerate/blob/v1.13.0/src/accelerate/commands/launch.py#L1197-L1206",
+    title="accelerate launch gets one distributed mode and the processes it needs",
+    why="accelerate launch's _validate_launch_command raises ValueError when more than one "
+    "of --cpu, --multi_gpu, --tpu, --use_deepspeed and --use_fsdp is given, when "
+    "--multi_gpu comes with --num_processes below 2, and when --use_parallelism_config "
+    "comes without --use_fsdp and --fsdp_version 2. The launcher exits before any process "
+    "starts.",
+    fix="Pick one mode (--use_deepspeed or --use_fsdp already imply several GPUs), give "
+    "--multi_gpu at least two processes, and use the parallelism config with FSDP2.",
+    applies=common.trains,
+)
+def accelerate_launch_flags(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for index, container in enumerate(pod.containers):
+        words = _subcommand(commandline.words(container), "accelerate", "launch")
+        if words is None:
+            continue
+        at = commandline_at(pod, index, container)
+        script = next(
+            (
+                i
+                for i, w in enumerate(words)
+                if not w.startswith("-")
+                and (w.endswith(".py") or (i > 0 and words[i - 1] in ("-m", "--module")))
+            ),
+            len(words),
+        )
+        own = words[:script]  # the script's own flags come after it
+        modes = [mode for mode in ACCELERATE_MODES if _has(own, mode)]
+        if len(modes) > 1:
+            yield Violation(f"{' and '.join(modes)} together: accelerate raises ValueError", at)
+        processes = _literal_int(_flag(own, "--num_processes"))
+        if _has(own, "--multi_gpu") and processes is not None and processes < 2:
+            yield Violation(f"--multi_gpu with --num_processes {processes}: at least 2", at)
+        if _has(own, "--use_parallelism_config") and (
+            not _has(own, "--use_fsdp") or _flag(own, "--fsdp_version") != "2"
+        ):
+            yield Violation("--use_parallelism_config without --use_fsdp --fsdp_version 2", at)
+
+
 def commandline_at(pod: PodTemplate, index: int, container: dict[str, Any]) -> tuple:
     """Where a container's launch command is written: its args when it has them."""
     key = "args" if container.get("args") else "command"
@@ -254,6 +299,51 @@ def _deepspeed(
         yield Violation("--no_ssh without --node_rank: the launcher asserts it is set", at)
     elif _literal_int(rank) is not None and (pod.replicas or 1) > 1:
         yield Violation(f"--node_rank {rank} in a template {pod.replicas} pods share", at)
+
+
+@pod_rule(
+    id="deepspeed-launcher-gpus",
+    severity=ERROR,
+    source="https://github.com/deepspeedai/DeepSpeed/blob/v0.19.5/deepspeed/launcher/runner.py#L462-L533",
+    title="The DeepSpeed launcher starts one rank per GPU the container has",
+    why="Without a hostfile the deepspeed launcher counts the local accelerators and raises "
+    "'Unable to proceed, no GPU resources available' when there are none; --num_gpus N "
+    "makes it start ranks on devices 0..N-1 whatever the container holds, so with more "
+    "than the container's GPUs the extra ranks fail on an invalid device (and with fewer, "
+    "GPUs sit idle).",
+    fix="Request the GPUs in the container's limits and leave --num_gpus out (or equal to "
+    "those GPUs).",
+    when={
+        "error": "no GPU in the container, or --num_gpus above its GPUs",
+        "warning": "--num_gpus below the container's GPUs",
+    },
+    applies=common.trains,
+)
+def deepspeed_launcher_gpus(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    if common.is_mpi_launcher(pod):
+        return  # its ranks run in the workers
+    for index, container in enumerate(pod.containers):
+        words = _subcommand(commandline.words(container), "deepspeed", None)
+        if words is None:
+            continue
+        at = commandline_at(pod, index, container)
+        gpus = gpu_count(container)
+        if _has(words, "--hostfile") or common.mount_for(container, DEEPSPEED_HOSTFILE):
+            continue
+        if not launch.sees_gpus(pod, container) and "DS_ACCELERATOR" not in env_of(container):
+            yield Violation(
+                "the deepspeed launcher in a container with no GPU: it raises 'no GPU "
+                "resources available'",
+                at,
+            )
+            continue
+        wanted = _literal_int(_flag(words, "--num_gpus"))
+        if wanted is not None and gpus and wanted != gpus:
+            yield Violation(
+                f"--num_gpus {wanted} but the container has {gpus} GPUs",
+                at,
+                severity=ERROR if wanted > gpus else WARNING,
+            )
 
 
 def _mpirun(container: dict[str, Any]) -> list[str] | None:

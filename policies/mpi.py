@@ -3,18 +3,22 @@ Kubeflow Trainer v2 MPI runtimes (and the TrainJobs on them).
 
 A launcher that gets the environment to the ranks, computes only where its operator
 puts it in the hostfile, counts ranks right, and talks SSH the way its image and MPI
-implementation expect; and one operator per cluster owning mpijobs.kubeflow.org.
+implementation expect; Open MPI's MCA parameters and UCX's transport and device lists
+that leave the ranks a way to reach each other; and one operator per cluster owning
+mpijobs.kubeflow.org.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from typing import Any
 
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import PodTemplate, argv, dicts, env_of, is_int, mapping
 
-from . import common
+from . import commandline, common
 
 MPI_KINDS = ("MPIJob", *common.RUNTIME_KINDS, "TrainJob")
 # Flags only Open MPI's mpirun knows, and only Hydra's (Intel MPI, MPICH).
@@ -350,4 +354,202 @@ def crd_owners(doc: Document, ctx: Context) -> Iterator[Violation]:
             f"the Training Operator serves MPIJob kubeflow.org/v1 but this CRD serves "
             f"{', '.join(sorted(served)) or 'nothing'}: it is the MPI Operator's",
             ("spec", "versions"),
+        )
+
+
+# -- Open MPI MCA parameters -----------------------------------------------------------------
+
+OMPI_V4 = "https://github.com/open-mpi/ompi/blob/v4.1.8/"
+MCA_FLAGS = ("--mca", "-mca", "--gmca", "-gmca")
+
+
+def mca_params(container: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Open MPI MCA parameters a container sets: name -> (value, where), from mpirun's
+    --mca NAME VALUE and from OMPI_MCA_NAME variables."""
+    found: dict[str, tuple[str, str]] = {
+        name.removeprefix("OMPI_MCA_"): (str(value), f"env {name}")
+        for name, value in env_of(container).items()
+        if name.startswith("OMPI_MCA_") and value is not None
+    }
+    words = commandline.words(container)
+    for index, word in enumerate(words[:-2]):
+        if word in MCA_FLAGS:
+            found[words[index + 1]] = (words[index + 2], f"{word} {words[index + 1]}")
+    return found
+
+
+@pod_rule(
+    id="mpi-tcp-include-exclude",
+    severity=ERROR,
+    source=(
+        OMPI_V4 + "orte/mca/oob/tcp/oob_tcp_component.c#L275-L284",
+        OMPI_V4 + "opal/mca/btl/tcp/btl_tcp_component.c#L383-L395",
+    ),
+    when={
+        "error": "oob_tcp (Open MPI 4's daemons cannot talk: mpirun fails), or btl_tcp when "
+        "the btl list names tcp, or pml ob1 is chosen, so TCP is the way between nodes",
+        "warning": "btl_tcp otherwise: the TCP BTL switches itself off, which only matters "
+        "when no other transport (UCX) carries MPI traffic",
+    },
+    title="Open MPI gets either an interface include list or an exclude list, not both",
+    why="btl_tcp_if_include/btl_tcp_if_exclude and oob_tcp_if_include/oob_tcp_if_exclude "
+    "are mutually exclusive: with both set the TCP BTL and the TCP OOB component report "
+    "'mutually exclusive' and make themselves unavailable. Without the OOB, Open MPI 4's "
+    "mpirun cannot reach its daemons on the workers; without the TCP BTL, ranks on "
+    "different nodes cannot reach each other unless another transport carries them.",
+    fix="Keep one of the two per component: an include list naming the pods' training "
+    "interface (eth0, net1) or a CIDR, or an exclude list.",
+    applies=common.has_command_or_env,
+)
+def tcp_include_exclude(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for index, container in enumerate(pod.containers):
+        params = mca_params(container)
+        if not params:
+            continue
+        for component in ("oob_tcp", "btl_tcp"):
+            include = params.get(f"{component}_if_include")
+            exclude = params.get(f"{component}_if_exclude")
+            if include is None or exclude is None:
+                continue
+            severity = None
+            if component == "btl_tcp":
+                btl = params.get("btl", ("", ""))[0]
+                named = not btl.startswith("^") and "tcp" in btl.split(",")
+                ob1 = params.get("pml", ("", ""))[0] == "ob1"
+                severity = None if named or ob1 else WARNING
+            yield Violation(
+                f"{include[1]} and {exclude[1]} together: Open MPI disables its "
+                f"{component.replace('_', ' ').upper()} component",
+                (*pod.container_path(index), "env" if include[1].startswith("env") else "command"),
+                severity=severity,
+            )
+
+
+# -- UCX transports and devices --------------------------------------------------------------
+
+UCX = "https://github.com/openucx/ucx/blob/v1.20.1/"
+UCX_CONTEXT = UCX + "src/ucp/core/ucp_context.c"
+# UCX_TLS names (aliases and transports) that need an RDMA device.
+RDMA_TLS = frozenset(
+    {
+        "ib",
+        "rc",
+        "rc_v",
+        "rc_x",
+        "rc_verbs",
+        "rc_mlx5",
+        "ud",
+        "ud_v",
+        "ud_x",
+        "ud_verbs",
+        "ud_mlx5",
+        "dc",
+        "dc_x",
+        "dc_mlx5",
+        "gga",
+        "gga_mlx5",
+        "srd",
+    }
+)
+NETWORK_TLS = frozenset({"tcp", "all"})
+# RDMA device names as the kernel gives them (UCX names their ports DEVICE:PORT); ib0 and
+# ibp* are IPoIB network interfaces, which UCX's tcp transport names without a port.
+_RDMA_DEVICE = re.compile(
+    r"^(mlx[45]_(bond_)?\d+|hfi1_\d+|bnxt_re\d+|irdma\d+|qedr\d+|rxe\d+|rocep\w+)$"
+)
+
+
+def _has_rdma_device(pod: PodTemplate, ctx: Context) -> bool:
+    """The pod can see an RDMA device: it asks for one (device plugin, DRA), is privileged,
+    mounts /dev/infiniband, or is attached to an RDMA network."""
+    if common.requests_rdma(pod) or pod.spec.get("resourceClaims"):
+        return True
+    if any(
+        str(mapping(v.get("hostPath")).get("path", "")).startswith("/dev/infiniband")
+        for v in pod.volumes()
+    ):
+        return True
+    if any(mapping(c.get("securityContext")).get("privileged") is True for c in pod.containers):
+        return True
+    return any(common.nad_is_rdma(nad) for _, nad in common.attached_nads(pod, ctx))
+
+
+def _ucx_env(pod: PodTemplate, ctx: Context) -> Iterator[tuple[int, str, str, PodTemplate]]:
+    """(container index, name, value, pod the ranks run in) of UCX_TLS/UCX_NET_DEVICES."""
+    ranks = common.rank_pod(pod, ctx)
+    for index, container in enumerate(pod.containers):
+        env = env_of(container)
+        for name in ("UCX_TLS", "UCX_NET_DEVICES"):
+            value = env.get(name)
+            if isinstance(value, str) and value and "$" not in value:
+                yield index, name, value, ranks
+
+
+@pod_rule(
+    id="ucx-tls-rdma-device",
+    severity=ERROR,
+    source=(UCX_CONTEXT + "#L710-L731", UCX_CONTEXT + "#L1625-L1645"),
+    title="UCX_TLS leaves the ranks a transport their pods have",
+    why="UCX_TLS is an allow list: UCX opens only the transports it names (rc, ud, dc and ib "
+    "need an RDMA device). In a pod without an RDMA device (no RDMA resource, DRA claim, "
+    "RDMA network or /dev/infiniband) those transports are unavailable: with nothing else "
+    "usable ucp_init fails with 'no usable transports/devices', and with only shared "
+    "memory or CUDA left the ranks on other nodes cannot be reached at all.",
+    fix="Give the pods an RDMA device (the RDMA resource of their network), or add tcp to "
+    "UCX_TLS (or leave it unset and let UCX pick).",
+    applies=common.has_env,
+)
+def ucx_tls(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for index, name, value, ranks in _ucx_env(pod, ctx):
+        if name != "UCX_TLS" or value.startswith("^"):
+            continue
+        names = {item.strip().split(":")[0] for item in value.split(",") if item.strip()}
+        if not names & RDMA_TLS or names & NETWORK_TLS:
+            continue
+        if _has_rdma_device(ranks, ctx):
+            continue
+        local_only = names - RDMA_TLS
+        if local_only and not common.multi_node(pod, ctx):
+            continue
+        effect = (
+            "ranks on different nodes have no transport between them"
+            if local_only
+            else "UCX fails with 'no usable transports/devices'"
+        )
+        yield Violation(
+            f"UCX_TLS={value} names only RDMA network transports and the {ranks.role} pods "
+            f"have no RDMA device: {effect}",
+            (*pod.container_path(index), "env"),
+        )
+
+
+@pod_rule(
+    id="ucx-net-devices",
+    severity=ERROR,
+    source=(UCX_CONTEXT + "#L1032-L1061", UCX + "src/uct/ib/base/ib_device.c#L1240-L1243"),
+    when={
+        "error": "every entry is an RDMA device without its port: UCX has no network device",
+        "warning": "some entries are: those devices are not used",
+    },
+    title="UCX_NET_DEVICES names RDMA devices with their port",
+    why="UCX names an RDMA device's port DEVICE:PORT (mlx5_0:1) and matches UCX_NET_DEVICES "
+    "entries against those names exactly: mlx5_0 matches nothing, UCX warns that the device "
+    "is not available and uses no device for it. When no entry matches, ranks on other "
+    "nodes cannot be reached.",
+    fix="Write the port: UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1 (or leave it unset).",
+    applies=common.has_env,
+)
+def ucx_net_devices(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for index, name, value, _ in _ucx_env(pod, ctx):
+        if name != "UCX_NET_DEVICES":
+            continue
+        entries = [item.strip() for item in value.split(",") if item.strip()]
+        portless = [e for e in entries if _RDMA_DEVICE.match(e)]
+        if not portless or "all" in entries:
+            continue
+        yield Violation(
+            f"UCX_NET_DEVICES={value}: {', '.join(portless)} without a port (write "
+            f"{portless[0]}:1)",
+            (*pod.container_path(index), "env"),
+            severity=None if len(portless) == len(entries) else WARNING,
         )

@@ -9,6 +9,12 @@ label; `apis/kueue/v1beta2/clusterqueue_types.go`: a null namespaceSelector admi
 namespace; `pkg/workload/resources.go`; `pkg/util/priority`), Kubernetes' Priority
 admission plugin, and Volcano v1.13.3 (`plugins/proportion`: a job is enqueued only if
 its minimum resources fit the queue's capability).
+
+PriorityClasses as Kubernetes v1.35 validates them (one global default, values up to one
+billion, the system- prefix reserved), the KAI scheduler v0.13.0 (the kai.scheduler/queue
+label names a leaf Queue that exists; a Queue declares its resources and a parent that
+exists) and scheduler-plugins v0.34.7 coscheduling (a PodGroup's minMember against the pods
+labelled scheduling.x-k8s.io/pod-group).
 """
 
 from __future__ import annotations
@@ -21,8 +27,8 @@ import yaml
 
 from trainops.admission import quantity
 from trainops.model import ERROR, WARNING, Document
-from trainops.policy import Context, Violation, resource_rule
-from trainops.policy.pods import dicts, mapping
+from trainops.policy import Context, Violation, pod_rule, resource_rule
+from trainops.policy.pods import POD_KINDS, PodTemplate, dicts, mapping
 
 from . import common
 from .placement import (
@@ -75,7 +81,7 @@ SYSTEM_PRIORITY = ("system-cluster-critical", "system-node-critical")
 VOLCANO_GROUP = "scheduling.volcano.sh"
 
 
-def _kueue_frameworks(ctx: Context) -> frozenset[str] | None:
+def kueue_frameworks(ctx: Context) -> frozenset[str] | None:
     """The frameworks the Kueue installations this render configures enable (their union),
     or None when the render configures no Kueue."""
     found: set[str] = set()
@@ -148,7 +154,7 @@ def kueue_framework_disabled(doc: Document, ctx: Context) -> Iterator[Violation]
     if queue_label(doc) is None:
         return
     wanted = framework(doc)
-    enabled = ctx.memo("kueue-frameworks", lambda: _kueue_frameworks(ctx))
+    enabled = ctx.memo("kueue-frameworks", lambda: kueue_frameworks(ctx))
     if wanted is None or enabled is None or wanted in enabled:
         return
     yield Violation(
@@ -282,7 +288,12 @@ def kueue_namespace_selector(doc: Document, ctx: Context) -> Iterator[Violation]
 )
 def priority_class_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
     workload_class = mapping(doc.metadata.get("labels")).get(PRIORITY_LABEL)
-    known = bool(workload_class) and bool(ctx.of_kind("WorkloadPriorityClass"))
+    # Known: the render defines WorkloadPriorityClasses, or the label names a PriorityClass
+    # (the pod kind Kueue does not read for this label).
+    known = bool(workload_class) and (
+        bool(ctx.of_kind("WorkloadPriorityClass"))
+        or ctx.find("PriorityClass", str(workload_class)) is not None
+    )
     if known and ctx.find("WorkloadPriorityClass", str(workload_class)) is None:
         yield Violation(
             f"no WorkloadPriorityClass {workload_class!r}: Kueue creates no Workload",
@@ -356,3 +367,272 @@ def volcano_queue_capability(doc: Document, ctx: Context) -> Iterator[Violation]
 
 def _show(value: Fraction) -> str:
     return str(int(value)) if value.denominator == 1 else f"{float(value):g}"
+
+
+K8S = "https://github.com/kubernetes/kubernetes/blob/000f26050b9be6fb3d79fae95e06b47fc96128cd/"
+PRIORITY_ADMISSION = K8S + "plugin/pkg/admission/priority/admission.go"
+PRIORITY_VALIDATION = K8S + "pkg/apis/scheduling/validation/validation.go"
+HIGHEST_USER_PRIORITY = 1_000_000_000
+KAI = "https://github.com/NVIDIA/KAI-Scheduler/blob/v0.13.0/"
+KAI_QUEUE_LABEL = "kai.scheduler/queue"
+KAI_GROUP = "scheduling.run.ai/"
+COSCHEDULING = "https://github.com/kubernetes-sigs/scheduler-plugins/blob/v0.34.7/"
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+COSCHEDULING_GROUP = "scheduling.x-k8s.io/"
+
+
+def _global_defaults(ctx: Context) -> list[Document]:
+    return [
+        d
+        for d in ctx.of_kind("PriorityClass")
+        if d.api_version.startswith("scheduling.k8s.io/") and d.obj.get("globalDefault") is True
+    ]
+
+
+@resource_rule(
+    id="priority-class-global-default",
+    severity=ERROR,
+    source=PRIORITY_ADMISSION,
+    title="At most one PriorityClass is the global default",
+    why="The Priority admission plugin refuses a PriorityClass with globalDefault: true while "
+    "another one is the default ('PriorityClass ... is already marked as default. Only one "
+    "default can exist'): the second class is never created, and pods naming it are refused.",
+    fix="Keep globalDefault: true on one class (on a shared GPU cluster, preferably none).",
+    kinds=("PriorityClass",),
+)
+def priority_class_global_default(doc: Document, ctx: Context) -> Iterator[Violation]:
+    if doc.obj.get("globalDefault") is not True:
+        return
+    defaults = ctx.memo("priority-global-defaults", lambda: _global_defaults(ctx))
+    first = defaults[0] if defaults else None
+    if first is not None and first.name != doc.name:
+        yield Violation(
+            f"PriorityClass {first.name} is already the global default: the API server "
+            f"refuses {doc.name}",
+            ("globalDefault",),
+        )
+
+
+@resource_rule(
+    id="priority-class-value",
+    severity=ERROR,
+    source=PRIORITY_VALIDATION,
+    title="User PriorityClasses stay at or below one billion and off the system- prefix",
+    why="The API server refuses a PriorityClass whose value is above 1000000000 ('maximum "
+    "allowed value of a user defined priority') and one whose name starts with system- but "
+    "is not one of the two built-in classes (the prefix is reserved): the class is not "
+    "created, and every pod naming it is refused.",
+    fix="Use a value of at most 1000000000 (system-cluster-critical and system-node-critical "
+    "already rank above every user class) and a name without the system- prefix.",
+    kinds=("PriorityClass",),
+)
+def priority_class_value(doc: Document, ctx: Context) -> Iterator[Violation]:
+    if not doc.api_version.startswith("scheduling.k8s.io/"):
+        return
+    value = doc.obj.get("value")
+    if doc.name.startswith("system-"):
+        if doc.name not in SYSTEM_PRIORITY:
+            yield Violation(
+                f"{doc.name}: names with the system- prefix are reserved for system use",
+                ("metadata", "name"),
+            )
+    elif isinstance(value, int) and not isinstance(value, bool) and value > HIGHEST_USER_PRIORITY:
+        yield Violation(
+            f"value {value} is above {HIGHEST_USER_PRIORITY}, the most a user-defined "
+            "priority may be",
+            ("value",),
+        )
+
+
+def _kai_queues(ctx: Context) -> dict[str, Document]:
+    return {d.name: d for d in ctx.of_kind("Queue") if d.api_version.startswith(KAI_GROUP)}
+
+
+def _kai_children(ctx: Context) -> dict[str, list[str]]:
+    children: dict[str, list[str]] = {}
+    for name, queue in _kai_queues(ctx).items():
+        parent = mapping(queue.obj.get("spec")).get("parentQueue")
+        if parent:
+            children.setdefault(str(parent), []).append(name)
+    return children
+
+
+def _kai_queue_label(doc: Document, ctx: Context) -> tuple[str, tuple[Any, ...]] | None:
+    """The queue KAI's pod grouper gives the document's pods: the top owner's label first,
+    then a pod's (defaultgrouper CalcPodGroupQueue)."""
+    label = mapping(doc.metadata.get("labels")).get(KAI_QUEUE_LABEL)
+    if label:
+        return str(label), ("metadata", "labels", KAI_QUEUE_LABEL)
+    for pod in ctx.pods(doc):
+        if pod.labels.get(KAI_QUEUE_LABEL):
+            at = (*pod.path[:-1], "metadata", "labels", KAI_QUEUE_LABEL)
+            return str(pod.labels[KAI_QUEUE_LABEL]), at
+    return None
+
+
+@resource_rule(
+    id="kai-queue-exists",
+    severity=ERROR,
+    source=(
+        KAI + "pkg/scheduler/actions/utils/input_jobs.go#L47-L63",
+        KAI + "pkg/podgrouper/podgrouper/plugins/defaultgrouper/default_grouper.go#L134-L147",
+    ),
+    title="Jobs name a KAI leaf queue that exists",
+    why="The KAI scheduler skips, at every session, a pod group whose queue (the "
+    "kai.scheduler/queue label of the job, else of its pods) does not exist, whose parent "
+    "queue does not exist, or that has child queues (only leaf queues run jobs): the pods "
+    "stay Pending and nothing fails.",
+    fix="Label the job with a leaf Queue (scheduling.run.ai/v2) of the render, or create it.",
+    kinds=tuple(sorted(POD_KINDS)),
+)
+def kai_queue_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
+    queues = ctx.memo("kai-queues", lambda: _kai_queues(ctx))
+    found = _kai_queue_label(doc, ctx) if queues else None
+    if found is None:
+        return  # no KAI queues in the render (nothing to check against), or no label
+    name, at = found
+    queue = queues.get(name)
+    if queue is None:
+        yield Violation(f"no KAI Queue {name!r}: the scheduler skips the job's pods", at)
+        return
+    children = ctx.memo("kai-children", lambda: _kai_children(ctx)).get(name)
+    if children:
+        yield Violation(
+            f"KAI Queue {name} has child queues ({', '.join(sorted(children))}): only leaf "
+            "queues run jobs",
+            at,
+        )
+    parent = mapping(queue.obj.get("spec")).get("parentQueue")
+    if parent and str(parent) not in queues:
+        yield Violation(
+            f"KAI Queue {name}'s parent {parent!r} does not exist: its jobs are skipped", at
+        )
+
+
+def _kai_labelled(doc: Document) -> bool:
+    """Documents whose own labels name a KAI queue (the `applies` predicate)."""
+    return bool(mapping(doc.metadata.get("labels")).get(KAI_QUEUE_LABEL))
+
+
+@resource_rule(
+    id="kai-scheduler-name",
+    severity=WARNING,
+    source=KAI + "pkg/podgrouper/pod_controller.go#L85-L92",
+    title="Pods queued for KAI are scheduled by KAI",
+    why="KAI's pod grouper and scheduler handle only pods whose schedulerName is the KAI "
+    "scheduler's (kai-scheduler by default); a job labelled kai.scheduler/queue whose pods "
+    "keep the default scheduler gets no pod group: it runs outside its queue's quota, "
+    "without gang scheduling, and a partial start holds GPUs.",
+    fix="Set schedulerName: kai-scheduler in every pod template of the job.",
+    kinds=tuple(sorted(POD_KINDS)),
+    applies=_kai_labelled,
+)
+def kai_scheduler_name(doc: Document, ctx: Context) -> Iterator[Violation]:
+    for pod in ctx.pods(doc):
+        name = pod.spec.get("schedulerName")
+        if name in (None, "", "default-scheduler"):
+            yield Violation(
+                f"the {pod.role} pods use {name or 'the default scheduler'}, which ignores "
+                f"{KAI_QUEUE_LABEL}: they are not queued",
+                (*pod.path, "schedulerName"),
+            )
+            return
+
+
+def _kai(doc: Document) -> bool:
+    return doc.api_version.startswith(KAI_GROUP)
+
+
+@resource_rule(
+    id="kai-queue-spec",
+    severity=ERROR,
+    source=(
+        KAI + "pkg/apis/scheduling/v2/queue_webhook.go#L28-L40",
+        KAI + "pkg/scheduler/cache/cluster_info/queue.go#L105-L116",
+    ),
+    title="KAI queues declare their resources and a parent that exists",
+    why="KAI's Queue webhook refuses a Queue without spec.resources ('resources must be "
+    "specified'); a Queue whose parentQueue does not exist is dropped with its children by "
+    "the scheduler (an orphan), so the jobs sent to it never run.",
+    fix="Give the Queue spec.resources (gpu, cpu, memory: quota, limit, overQuotaWeight) and "
+    "a parentQueue that the render defines (or none, for a top-level queue).",
+    kinds=("Queue",),
+    applies=_kai,
+)
+def kai_queue_spec(doc: Document, ctx: Context) -> Iterator[Violation]:
+    spec = mapping(doc.obj.get("spec"))
+    if spec.get("resources") is None:
+        yield Violation(
+            f"KAI Queue {doc.name} has no spec.resources: the webhook refuses it",
+            ("spec",),
+        )
+    parent = spec.get("parentQueue")
+    queues = ctx.memo("kai-queues", lambda: _kai_queues(ctx))
+    if parent and len(queues) > 1 and str(parent) not in queues:
+        yield Violation(
+            f"parentQueue {parent!r} is not a KAI Queue of the render: the scheduler drops "
+            f"{doc.name} as an orphan",
+            ("spec", "parentQueue"),
+        )
+
+
+def _coscheduling(doc: Document) -> bool:
+    return doc.api_version.startswith(COSCHEDULING_GROUP)
+
+
+@resource_rule(
+    id="coscheduling-min-member",
+    severity=ERROR,
+    source=COSCHEDULING + "pkg/coscheduling/core/core.go#L255-L266",
+    title="A coscheduling PodGroup's minMember is not above its pods",
+    why="The coscheduling plugin lets no pod of a PodGroup past PreFilter until minMember pods "
+    "carry its scheduling.x-k8s.io/pod-group label ('cannot find enough sibling pods'); with "
+    "fewer pods than minMember every pod stays Pending for good.",
+    fix="Set minMember to the number of pods the job runs (or label every pod of the job).",
+    kinds=("PodGroup",),
+    applies=_coscheduling,
+)
+def coscheduling_min_member(doc: Document, ctx: Context) -> Iterator[Violation]:
+    wanted = mapping(doc.obj.get("spec")).get("minMember")
+    if not isinstance(wanted, int) or isinstance(wanted, bool):
+        return
+    pods = ctx.pods_selected(doc.namespace or "default", {POD_GROUP_LABEL: doc.name})
+    if not pods or any(pod.replicas is None for pod in pods):
+        return
+    total = sum(pod.replicas or 0 for pod in pods)
+    if wanted > total:
+        yield Violation(
+            f"minMember is {wanted} but only {total} pods carry {POD_GROUP_LABEL}: "
+            f"{doc.name}: they are never scheduled",
+            ("spec", "minMember"),
+        )
+
+
+def _in_pod_group(pod: PodTemplate) -> bool:
+    """Pods labelled with a coscheduling PodGroup."""
+    return bool(pod.labels.get(POD_GROUP_LABEL))
+
+
+@pod_rule(
+    id="coscheduling-pod-group-exists",
+    severity=WARNING,
+    title="Pods name a coscheduling PodGroup that exists",
+    why="The coscheduling plugin treats a pod whose scheduling.x-k8s.io/pod-group names no "
+    "PodGroup as a pod without a group (GetPodGroup returns none): it is scheduled alone, "
+    "so a multi-node job starts partly and its placed ranks wait, holding GPUs.",
+    fix="Create the PodGroup (scheduling.x-k8s.io/v1alpha1) in the pods' namespace, or "
+    "correct the label.",
+    applies=_in_pod_group,
+)
+def coscheduling_pod_group_exists(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    groups = ctx.memo(
+        "coscheduling-groups", lambda: [d for d in ctx.of_kind("PodGroup") if _coscheduling(d)]
+    )
+    name = str(pod.labels[POD_GROUP_LABEL])
+    namespace = pod.doc.namespace or "default"
+    if not groups or ctx.find("PodGroup", name, namespace) is not None:
+        return
+    yield Violation(
+        f"no PodGroup {name!r} in namespace {namespace}: the pods are scheduled without a gang",
+        (*pod.path[:-1], "metadata", "labels", POD_GROUP_LABEL),
+    )

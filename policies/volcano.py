@@ -5,6 +5,15 @@ VC_<TASK>_HOSTS / VC_<TASK>_NUM (pkg/controllers/job/plugins/svc/const.go); the 
 plugin sets VK_TASK_INDEX and VC_TASK_INDEX (plugins/env/const.go); the admission
 webhook adds svc when the tensorflow, mpi, pytorch or ray plugin is on
 (pkg/webhooks/admission/jobs/mutate/mutate_job.go).
+
+The job webhook (pkg/webhooks/admission/jobs/validate/admit_job.go validateJobCreate)
+refuses duplicate task names, a task minAvailable above its replicas, job and pod names
+that are not qualified names, unknown plugins, a networkTopology with both
+highestTierAllowed and highestTierName, partition policies whose arithmetic does not add
+up, dependsOn that is not a DAG, and jobs sent to the root queue or to a queue with child
+queues; the queue webhook (queues/validate/validate_queue.go) refuses a guarantee above
+deserved, deserved above capability, bad hierarchy annotations and a parent that is the
+queue itself or does not exist.
 """
 
 from __future__ import annotations
@@ -13,9 +22,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from trainops.admission import names, quantity
 from trainops.model import ERROR, Document
 from trainops.policy import Context, Violation, resource_rule
-from trainops.policy.pods import dicts, mapping
+from trainops.policy.pods import dicts, is_int, mapping
 
 NEEDS_SVC = ("tensorflow", "mpi", "pytorch", "ray")
 _HOST_FILE = re.compile(r"/etc/volcano/([A-Za-z0-9][\w.-]*?)\.host")
@@ -74,3 +84,313 @@ def plugin_files(doc: Document, ctx: Context) -> Iterator[Violation]:
                         yield Violation(f"VC_{name}_*: no task {name.lower()!r}", at)
                 if _INDEX_VARIABLE.search(text) and "env" not in plugins:
                     yield Violation(f"{text!r}: the task index needs the env plugin", at)
+
+
+VOLCANO = "https://github.com/volcano-sh/volcano/blob/v1.15.1/"
+ADMIT_JOB = VOLCANO + "pkg/webhooks/admission/jobs/validate/admit_job.go"
+VALIDATE_QUEUE = VOLCANO + "pkg/webhooks/admission/queues/validate/validate_queue.go"
+# The job plugins volcano v1.15.1 registers (pkg/controllers/job/plugins/factory.go).
+JOB_PLUGINS = ("ssh", "env", "svc", "tensorflow", "mpi", "pytorch", "hcclrank", "ray")
+HIERARCHY = "volcano.sh/hierarchy"
+HIERARCHY_WEIGHTS = "volcano.sh/hierarchy-weights"
+
+
+def _volcano_job(doc: Document) -> bool:
+    return doc.api_version.startswith("batch.volcano.sh/")
+
+
+def _volcano_job_or_group(doc: Document) -> bool:
+    return doc.api_version.startswith(("batch.volcano.sh/", "scheduling.volcano.sh/"))
+
+
+def _volcano_queue(doc: Document) -> bool:
+    return doc.api_version.startswith("scheduling.volcano.sh/")
+
+
+def _topology_policy_cpus(task: dict[str, Any], at: tuple[Any, ...]) -> Iterator[Violation]:
+    """With a NUMA topologyPolicy every container must ask for whole CPUs."""
+    if task.get("topologyPolicy") in (None, "", "none"):
+        return
+    spec = mapping(mapping(task.get("template")).get("spec"))
+    for key in ("containers", "initContainers"):
+        for position, container in enumerate(dicts(spec.get(key))):
+            wanted = mapping(container.get("resources"))
+            amounts = mapping(wanted.get("requests")) or mapping(wanted.get("limits"))
+            cpus = quantity.parse(amounts.get("cpu")) if "cpu" in amounts else None
+            if cpus is None or cpus == 0 or cpus.denominator != 1:
+                yield Violation(
+                    f"task {task.get('name')}: topologyPolicy {task['topologyPolicy']} needs a "
+                    f"whole number of CPUs in every container; {container.get('name')} asks for "
+                    f"{amounts.get('cpu', 'none')}",
+                    (*at, "template", "spec", key, position, "resources"),
+                )
+
+
+def _not_dag(tasks: list[dict[str, Any]]) -> bool:
+    """dependsOn edges do not order every task (a cycle, or a task named that is not one)."""
+    indegree = {str(t.get("name")): 0 for t in tasks}
+    edges: dict[str, list[str]] = {}
+    for task in tasks:
+        for before in mapping(task.get("dependsOn")).get("name") or []:
+            edges.setdefault(str(before), []).append(str(task.get("name")))
+            indegree[str(task.get("name"))] += 1
+    ready = [name for name, degree in indegree.items() if degree == 0]
+    done = 0
+    while ready:
+        name = ready.pop()
+        done += 1
+        for after in edges.get(name, []):
+            indegree[after] -= 1
+            if indegree[after] == 0:
+                ready.append(after)
+    return done != len(indegree)
+
+
+@resource_rule(
+    id="volcano-job-tasks",
+    severity=ERROR,
+    source=(ADMIT_JOB + "#L121-L242", ADMIT_JOB + "#L339-L421"),
+    title="A Volcano Job's tasks pass Volcano's job webhook",
+    why="Volcano's job webhook refuses a Job with no tasks, two tasks of one name, a task "
+    "whose minAvailable is above its replicas, a task with a NUMA topologyPolicy whose "
+    "containers do not all request a whole number of CPUs, a job name that is not a "
+    "qualified name (63 characters at most) or a pod name <job>-<task>-<index> that is not "
+    "one, and dependsOn that names a task the Job lacks or forms a cycle: the Job is never "
+    "created.",
+    fix="Give every task its own name, minAvailable at most its replicas, keep the job and "
+    "task names short enough for <job>-<task>-<index> to fit 63 characters, and order tasks "
+    "with dependsOn that names tasks of the Job without a cycle.",
+    kinds=("Job",),
+    applies=_volcano_job,
+)
+def volcano_job_tasks(doc: Document, ctx: Context) -> Iterator[Violation]:
+    spec = mapping(doc.obj.get("spec"))
+    tasks = dicts(spec.get("tasks"))
+    if not tasks:
+        yield Violation("the Job has no tasks: 'No task specified in job spec'", ("spec",))
+        return
+    for error in names.qualified_name(doc.name):
+        yield Violation(
+            f"job name {doc.name!r} is not a qualified name: {error}", ("metadata", "name")
+        )
+    seen: set[str] = set()
+    for index, task in enumerate(tasks):
+        name = str(task.get("name", ""))
+        at = ("spec", "tasks", index)
+        if name in seen:
+            yield Violation(f"duplicated task name {name}", (*at, "name"))
+        seen.add(name)
+        replicas, least = task.get("replicas"), task.get("minAvailable")
+        if is_int(least) and is_int(replicas) and least > replicas:
+            yield Violation(
+                f"task {name}: minAvailable {least} is greater than its {replicas} replicas",
+                (*at, "minAvailable"),
+            )
+        yield from _topology_policy_cpus(task, at)
+        pod = f"{doc.name}-{name}-{index}"
+        for error in names.qualified_name(pod):
+            yield Violation(f"pod name {pod!r} is not a qualified name: {error}", (*at, "name"))
+    if any(mapping(t.get("dependsOn")).get("name") for t in tasks) and _not_dag(tasks):
+        yield Violation(
+            "dependsOn names a task the Job does not have, or the tasks depend on each other "
+            "in a cycle: not a directed acyclic graph",
+            ("spec", "tasks"),
+        )
+
+
+def _topology_problems(topology: Any) -> Iterator[str]:
+    topology = mapping(topology)
+    if topology.get("highestTierAllowed") is not None and topology.get("highestTierName"):
+        yield "must not specify 'highestTierAllowed' and 'highestTierName' simultaneously"
+
+
+@resource_rule(
+    id="volcano-network-topology",
+    severity=ERROR,
+    source=(
+        ADMIT_JOB + "#L311-L337",
+        VOLCANO + "pkg/webhooks/admission/podgroups/validate/validate_podgroup.go#L120-L132",
+    ),
+    title="Volcano network-topology and partition settings are consistent",
+    why="Volcano's job and PodGroup webhooks refuse a networkTopology (of the Job, a task's "
+    "partitionPolicy, a PodGroup or one of its subGroupPolicy entries) that sets both "
+    "highestTierAllowed and highestTierName, and a partitionPolicy whose totalPartitions or "
+    "partitionSize is not positive, whose totalPartitions x partitionSize is not the task's "
+    "replicas, or whose minPartitions x partitionSize is not the task's minAvailable.",
+    fix="Bound the topology by tier number or by tier name, not both, and size partitions so "
+    "that totalPartitions x partitionSize = replicas (minPartitions x partitionSize = "
+    "minAvailable).",
+    kinds=("Job", "PodGroup"),
+    applies=_volcano_job_or_group,
+)
+def volcano_network_topology(doc: Document, ctx: Context) -> Iterator[Violation]:
+    spec = mapping(doc.obj.get("spec"))
+    for why in _topology_problems(spec.get("networkTopology")):
+        yield Violation(f"networkTopology: {why}", ("spec", "networkTopology"))
+    for index, policy in enumerate(dicts(spec.get("subGroupPolicy"))):
+        for why in _topology_problems(policy.get("networkTopology")):
+            yield Violation(
+                f"subGroupPolicy {policy.get('name')}: networkTopology {why}",
+                ("spec", "subGroupPolicy", index, "networkTopology"),
+            )
+    for index, task in enumerate(dicts(spec.get("tasks"))):
+        policy = task.get("partitionPolicy")
+        if not isinstance(policy, dict):
+            continue
+        at = ("spec", "tasks", index, "partitionPolicy")
+        name = task.get("name")
+        total, size = policy.get("totalPartitions"), policy.get("partitionSize")
+        replicas, least = task.get("replicas", 0), task.get("minAvailable")
+        least_parts = policy.get("minPartitions") or 0
+        if not is_int(total) or not is_int(size) or not is_int(replicas):
+            continue
+        if total <= 0:
+            yield Violation(f"task {name}: totalPartitions must be greater than 0", at)
+        elif size <= 0:
+            yield Violation(f"task {name}: partitionSize must be greater than 0", at)
+        elif replicas != total * size:
+            yield Violation(
+                f"task {name}: replicas {replicas} is not totalPartitions x partitionSize "
+                f"({total} x {size})",
+                at,
+            )
+        elif (
+            is_int(least)
+            and is_int(least_parts)
+            and least_parts > 0
+            and least != least_parts * size
+        ):
+            yield Violation(
+                f"task {name}: minAvailable {least} is not minPartitions x partitionSize "
+                f"({least_parts} x {size})",
+                at,
+            )
+        for why in _topology_problems(policy.get("networkTopology")):
+            yield Violation(f"task {name}: partitionPolicy.networkTopology {why}", at)
+
+
+@resource_rule(
+    id="volcano-plugin-known",
+    severity=ERROR,
+    source=(
+        ADMIT_JOB + "#L188-L195",
+        VOLCANO + "pkg/controllers/job/plugins/factory.go#L33-L42",
+    ),
+    title="A Volcano Job enables only plugins Volcano has",
+    why="Volcano's job webhook refuses a Job whose spec.plugins names a plugin it does not "
+    "register ('unable to find job plugin'); the plugins are ssh, env, svc, tensorflow, mpi, "
+    "pytorch, hcclrank and ray.",
+    fix="Use one of Volcano's job plugins (their names are lower case).",
+    kinds=("Job",),
+    applies=_volcano_job,
+)
+def volcano_plugin_known(doc: Document, ctx: Context) -> Iterator[Violation]:
+    for name in mapping(mapping(doc.obj.get("spec")).get("plugins")):
+        if name not in JOB_PLUGINS:
+            yield Violation(
+                f"no job plugin {name!r} (Volcano has {', '.join(JOB_PLUGINS)})",
+                ("spec", "plugins", name),
+            )
+
+
+def _hierarchy_problems(notes: dict[str, Any]) -> Iterator[str]:
+    hierarchy, weights = notes.get(HIERARCHY), notes.get(HIERARCHY_WEIGHTS)
+    if not hierarchy and not weights:
+        return
+    paths, parts = str(hierarchy or "").split("/"), str(weights or "").split("/")
+    if len(paths) != len(parts):
+        yield f"{HIERARCHY} and {HIERARCHY_WEIGHTS} have different lengths"
+        return
+    for part in parts:
+        try:
+            weight = float(part)
+        except ValueError:
+            yield f"{part!r} in {HIERARCHY_WEIGHTS} is not a number"
+            return
+        if weight <= 0:
+            yield f"{part} in {HIERARCHY_WEIGHTS} must be larger than 0"
+            return
+
+
+@resource_rule(
+    id="volcano-queue-admission",
+    severity=ERROR,
+    source=VALIDATE_QUEUE + "#L132-L293",
+    title="Volcano queues pass Volcano's queue webhook",
+    why="Volcano's queue webhook refuses a Queue whose guarantee names a resource without a "
+    "deserved amount at least as large, whose deserved is above its capability, whose "
+    "volcano.sh/hierarchy and hierarchy-weights annotations differ in length or hold a weight "
+    "that is not a positive number, or whose parent is the queue itself: the queue is not "
+    "created and jobs sent to it wait.",
+    fix="Keep guarantee <= deserved <= capability for every resource, and give one positive "
+    "weight per hierarchy level.",
+    kinds=("Queue",),
+    applies=_volcano_queue,
+)
+def volcano_queue_admission(doc: Document, ctx: Context) -> Iterator[Violation]:
+    spec = mapping(doc.obj.get("spec"))
+    capability, deserved = mapping(spec.get("capability")), mapping(spec.get("deserved"))
+    guarantee = mapping(mapping(spec.get("guarantee")).get("resource"))
+    for name, amount in guarantee.items():
+        at = ("spec", "guarantee", "resource", name)
+        if name not in deserved:
+            yield Violation(f"guarantee[{name}]={amount} but no deserved[{name}]", at)
+            continue
+        floor, given = quantity.parse(amount), quantity.parse(deserved[name])
+        if floor is not None and given is not None and given < floor:
+            yield Violation(f"deserved[{name}]={deserved[name]} is below guarantee {amount}", at)
+    for name, amount in deserved.items():
+        most, given = quantity.parse(capability.get(name)), quantity.parse(amount)
+        if name in capability and most is not None and given is not None and given > most:
+            yield Violation(
+                f"deserved[{name}]={amount} is above capability[{name}]={capability[name]}",
+                ("spec", "deserved", name),
+            )
+    for why in _hierarchy_problems(mapping(doc.metadata.get("annotations"))):
+        yield Violation(why, ("metadata", "annotations"))
+    if spec.get("parent") == doc.name:
+        yield Violation(f"queue {doc.name} cannot use itself as parent", ("spec", "parent"))
+
+
+def _volcano_queues(ctx: Context) -> tuple[dict[str, Document], dict[str, list[str]]]:
+    queues = {d.name: d for d in ctx.of_kind("Queue") if _volcano_queue(d)}
+    children: dict[str, list[str]] = {}
+    for name, queue in queues.items():
+        parent = mapping(queue.obj.get("spec")).get("parent")
+        if parent:
+            children.setdefault(str(parent), []).append(name)
+    return queues, children
+
+
+@resource_rule(
+    id="volcano-queue-leaf",
+    severity=ERROR,
+    source=(ADMIT_JOB + "#L201-L228", VALIDATE_QUEUE + "#L373-L408"),
+    title="Volcano Jobs go to leaf queues, and queues to parents that exist",
+    why="Volcano's job webhook refuses a Job sent to the root queue or to a queue that has "
+    "child queues ('can only submit job to leaf queue'), and the queue webhook refuses a "
+    "Queue whose parent does not exist: the Job or Queue is never created.",
+    fix="Send the Job to a leaf queue, and create parent queues before (or with) their children.",
+    kinds=("Job", "Queue"),
+)
+def volcano_queue_leaf(doc: Document, ctx: Context) -> Iterator[Violation]:
+    queues, children = ctx.memo("volcano-queues", lambda: _volcano_queues(ctx))
+    spec = mapping(doc.obj.get("spec"))
+    if doc.kind == "Job" and _volcano_job(doc):
+        name = str(spec.get("queue") or "default")
+        if name == "root":
+            yield Violation("a Job cannot be submitted to the root queue", ("spec", "queue"))
+        elif children.get(name):
+            yield Violation(
+                f"queue {name} has child queues ({', '.join(sorted(children[name]))}): only "
+                "leaf queues take jobs",
+                ("spec", "queue"),
+            )
+    elif doc.kind == "Queue" and _volcano_queue(doc):
+        parent = spec.get("parent")
+        if parent and parent not in ("root", doc.name) and len(queues) > 1 and parent not in queues:
+            yield Violation(
+                f"parent queue {parent!r} is not a Volcano Queue of the render: the webhook "
+                "refuses the queue",
+                ("spec", "parent"),
+            )

@@ -5,7 +5,7 @@ render (network, claim, queue, ClusterPolicy, PyTorchJob, elastic job, MPIJob)
 plus a Deployment with its Service, a ConfigMap, and a CRD with one of its custom
 resources. Every unit has its own names and address range, and units share ten
 namespaces, so namespaces grow with the render, as lookups by namespace must
-survive.
+survive. The ClusterPolicy is the cluster's one: only the first unit has it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def synthetic_render(resources: int) -> list[dict[str, Any]]:
 def _unit(template: list[dict[str, Any]], index: int) -> list[dict[str, Any]]:
     namespace = f"team-{index % 10}"
     suffix = f"-{index}"
-    docs = copy.deepcopy(template)
+    docs = [copy.deepcopy(d) for d in template if not index or d["kind"] != "ClusterPolicy"]
     for doc in docs:
         meta = doc["metadata"]
         meta["name"] += suffix

@@ -95,7 +95,7 @@ SHARED |= {("schema", c) for c in ["041", "042", "043"]}
 adj = [r for r in scope if [x for x in r["good_errors"].split(",") if x and (x, r["case"][:3]) not in SHARED]]
 out.append(f"Goods with a false error once errors that flag a real shared defect are set aside: {len(adj)}/{len(scope)}\n")
 allr = tot(rows)
-out.append(f"\nAll 64 cases regardless of referee: detected {allr[1]}, as error {allr[2]}, goods with false error {allr[3]}.\n")
+out.append(f"\nAll {len(rows)} cases regardless of referee: detected {allr[1]}, as error {allr[2]}, goods with false error {allr[3]}.\n")
 open(os.path.join(RAW, "totals.md"), "w").write("".join(out))
 print("".join(out))
 PY

@@ -1,0 +1,885 @@
+"""Training frameworks' own argument and config checks, done before the job starts:
+Megatron-LM's `validate_args` (and the TransformerConfig and parallel-state checks it
+leads to) over a pod's command line, and DeepSpeed's config (with the Hugging Face
+Trainer's sync of it) when the config file is a ConfigMap of the render.
+
+Facts from Megatron-LM core_v0.19.0 (`megatron/training/arguments.py`,
+`megatron/core/transformer/transformer_config.py`, `megatron/core/parallel_state.py`,
+`megatron/core/num_microbatches_calculator.py`), DeepSpeed v0.19.5
+(`deepspeed/runtime/config.py`, `deepspeed/runtime/zero/config.py`) and transformers
+v4.57.1 (`integrations/deepspeed.py`); each rule's source names the lines.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from trainops.model import ERROR, WARNING
+from trainops.policy import Context, Violation, pod_rule
+from trainops.policy.pods import PodTemplate, dicts, env_of, gpu_count, mapping
+
+from . import commandline, common, launch
+from .launchers import commandline_at
+
+MEGATRON_TAG = (
+    "https://github.com/NVIDIA/Megatron-LM/blob/5be9626709af2722333bf54797c954c09edeada3/"
+)
+MEGATRON_ARGS = MEGATRON_TAG + "megatron/training/arguments.py"
+TRANSFORMER_CONFIG = MEGATRON_TAG + "megatron/core/transformer/transformer_config.py"
+DEEPSPEED_TAG = "https://github.com/deepspeedai/DeepSpeed/blob/v0.19.5/"
+DEEPSPEED_CONFIG = DEEPSPEED_TAG + "deepspeed/runtime/config.py"
+HF_DEEPSPEED = (
+    "https://github.com/huggingface/transformers/blob/v4.57.1/"
+    "src/transformers/integrations/deepspeed.py"
+)
+
+# A Megatron-LM training script: pretrain_gpt.py and its siblings (pretrain_bert, _t5,
+# _mamba, _vlm ...), whose arguments validate_args checks.
+_MEGATRON_SCRIPT = re.compile(r"(^|/)pretrain_[a-z0-9_]+\.py$")
+# Flags only Megatron's parser has: a pretrain_*.py without any is someone else's script.
+_MEGATRON_FLAGS = (
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--num-attention-heads",
+    "--num-layers",
+    "--micro-batch-size",
+)
+_INT_FLAGS = {
+    "tp": "--tensor-model-parallel-size",
+    "pp": "--pipeline-model-parallel-size",
+    "cp": "--context-parallel-size",
+    "ep": "--expert-model-parallel-size",
+    "etp": "--expert-tensor-parallel-size",
+    "micro": "--micro-batch-size",
+    "global": "--global-batch-size",
+    "heads": "--num-attention-heads",
+    "groups": "--num-query-groups",
+    "hidden": "--hidden-size",
+    "kv": "--kv-channels",
+    "layers": "--num-layers",
+    "vpp_layers": "--num-layers-per-virtual-pipeline-stage",
+    "vpp_stages": "--num-virtual-stages-per-pipeline-rank",
+    "experts": "--num-experts",
+    "seq": "--seq-length",
+    "max_pos": "--max-position-embeddings",
+}
+# Arguments validate_args refuses (or exits on) since they were replaced.
+_REMOVED = {
+    "--batch-size": "--micro-batch-size",
+    "--warmup": "--lr-warmup-fraction (or --lr-warmup-iters)",
+    "--model-parallel-size": "--tensor-model-parallel-size",
+    "--checkpoint-activations": "--recompute-activations or --recompute-granularity",
+}
+# GPUs before Blackwell (compute capability < 10), as GPU feature discovery names them.
+_PRE_BLACKWELL = re.compile(
+    r"(A100|A800|A10|A30|A40|H100|H800|H200|H20|GH200|L40|L4|V100|T4)", re.I
+)
+DEEPSPEED_CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config", "--deepspeed_config_file")
+
+
+@dataclass(frozen=True)
+class Megatron:
+    """What a container's Megatron-LM command line says."""
+
+    index: int
+    container: dict[str, Any]
+    words: list[str]
+    ints: dict[str, int]
+    world: int | None  # ranks the launcher starts (None: not known offline)
+    world_from: str
+
+    def size(self, key: str, default: int = 1) -> int:
+        return self.ints.get(key, default)
+
+    def has(self, name: str) -> bool:
+        return commandline.has_flag(self.words, name)
+
+
+def _literal(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _megatron_words(words: list[str]) -> list[str] | None:
+    for index, word in enumerate(words):
+        if _MEGATRON_SCRIPT.search(word):
+            return words[index + 1 :]
+    return None
+
+
+def _world(pod: PodTemplate, ctx: Context, container: dict[str, Any], words: list[str]):
+    """(ranks, how that was counted) of the launcher in front of the script, when known."""
+    if commandline.runs_torchrun(container):
+        group = launch.group(pod, ctx)
+        if group.nodes is None or group.low is not None:
+            return None, ""
+        value, _ = commandline.flag(words, *launch.NPROC)
+        if value is None and pod.doc.kind == "PyTorchJob":
+            value = str(mapping(pod.doc.obj.get("spec")).get("nprocPerNode", ""))
+        per_node = _literal(value)
+        if value in ("gpu", "auto") and gpu_count(container):
+            per_node = gpu_count(container)
+        if per_node is None:
+            return None, ""
+        return group.nodes * per_node, f"{group.nodes} nodes x {per_node} processes"
+    for name in ("mpirun", "mpiexec"):
+        if any(commandline.program(w) == name for w in words):
+            ranks = _literal(commandline.flag(words, "-np", "-n", "--np")[0])
+            return (ranks, f"mpirun -np {ranks}") if ranks else (None, "")
+    return None, ""
+
+
+def _megatron(pod: PodTemplate, ctx: Context) -> list[Megatron]:
+    def compute() -> list[Megatron]:
+        found = []
+        for index, container in enumerate(pod.containers):
+            words = commandline.words(container)
+            args = _megatron_words(words)
+            if args is None or not commandline.has_flag(args, *_MEGATRON_FLAGS):
+                continue
+            ints = {}
+            for key, name in _INT_FLAGS.items():
+                value = _literal(commandline.flag(args, name)[0])
+                if value is not None:
+                    ints[key] = value
+            world, how = _world(pod, ctx, container, words)
+            found.append(Megatron(index, container, args, ints, world, how))
+        return found
+
+    return pod.memo("megatron", compute)
+
+
+def _megatron_rule(**fields: Any):
+    return pod_rule(applies=common.trains, **fields)
+
+
+@_megatron_rule(
+    id="megatron-parallel-sizes",
+    severity=ERROR,
+    source=(
+        MEGATRON_ARGS + "#L420-L432",
+        MEGATRON_TAG + "megatron/core/parallel_state.py#L870-L884",
+        MEGATRON_ARGS + "#L1600-L1603",
+    ),
+    title="Megatron's parallel sizes divide the ranks the job starts",
+    why="Megatron-LM's validate_args asserts that the world size is divisible by "
+    "tensor x pipeline x context parallel size, and parallel_state raises unless it is "
+    "divisible by expert-tensor x expert x pipeline parallel size; with expert parallelism "
+    "the number of experts must be a multiple of --expert-model-parallel-size (and set at "
+    "all). Every rank stops at start-up with an AssertionError or RuntimeError.",
+    fix="Choose --tensor/--pipeline/--context/--expert-model-parallel-size so that their "
+    "products divide nodes x processes per node, and --num-experts a multiple of the "
+    "expert parallel size.",
+)
+def megatron_parallel_sizes(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for run in _megatron(pod, ctx):
+        at = commandline_at(pod, run.index, run.container)
+        tp, pp, cp, ep = run.size("tp"), run.size("pp"), run.size("cp"), run.size("ep")
+        etp = run.size("etp", tp)
+        if run.world is not None:
+            model = tp * pp * cp
+            if run.world % model:
+                yield Violation(
+                    f"world size {run.world} ({run.world_from}) is not divisible by "
+                    f"TP x PP x CP = {tp} x {pp} x {cp} = {model}",
+                    at,
+                )
+            expert = etp * ep * pp
+            if ep > 1 and run.world % expert:
+                yield Violation(
+                    f"world size {run.world} is not divisible by expert TP x EP x PP = "
+                    f"{etp} x {ep} x {pp} = {expert}",
+                    at,
+                )
+        if ep > 1:
+            experts = run.ints.get("experts")
+            if experts is None:
+                yield Violation(f"--expert-model-parallel-size {ep} without --num-experts", at)
+            elif experts % ep:
+                yield Violation(
+                    f"--num-experts {experts} is not a multiple of "
+                    f"--expert-model-parallel-size {ep}",
+                    at,
+                )
+
+
+@_megatron_rule(
+    id="megatron-batch-size",
+    severity=ERROR,
+    source=(
+        MEGATRON_TAG + "megatron/core/num_microbatches_calculator.py#L380-L387",
+        MEGATRON_ARGS + "#L672-L686",
+    ),
+    title="Megatron's global batch is a whole number of micro batches per data-parallel rank",
+    why="The data-parallel size is world size / (TP x PP x CP); Megatron asserts that "
+    "--global-batch-size is divisible by --micro-batch-size x data-parallel size, and that "
+    "--micro-batch-size is given. Otherwise every rank stops at start-up.",
+    fix="Make --global-batch-size a multiple of micro batch x (nodes x processes per node / "
+    "(TP x PP x CP)), or leave it out to train with micro batch x data-parallel size.",
+)
+def megatron_batch_size(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for run in _megatron(pod, ctx):
+        at = commandline_at(pod, run.index, run.container)
+        if not run.has("--micro-batch-size"):
+            yield Violation("Megatron needs --micro-batch-size; it asserts it is set", at)
+            continue
+        micro, total = run.ints.get("micro"), run.ints.get("global")
+        model = run.size("tp") * run.size("pp") * run.size("cp")
+        if run.has("--step-batch-size-schedule") and run.has("--global-batch-size"):
+            yield Violation(
+                "--step-batch-size-schedule and --global-batch-size together: Megatron raises",
+                at,
+            )
+            continue
+        if run.has("--rampup-batch-size") or run.has("--step-batch-size-schedule"):
+            continue  # the batch grows in steps the calculator checks itself
+        if micro is None or total is None or run.world is None or run.world % model:
+            continue
+        data_parallel = run.world // model
+        if total % (micro * data_parallel):
+            yield Violation(
+                f"--global-batch-size {total} is not divisible by micro batch {micro} x "
+                f"data-parallel size {data_parallel} ({run.world} ranks / {model})",
+                at,
+            )
+
+
+@_megatron_rule(
+    id="megatron-attention-heads",
+    severity=ERROR,
+    source=(TRANSFORMER_CONFIG + "#L1323-L1344", MEGATRON_ARGS + "#L1291-L1293"),
+    title="Megatron's attention heads and query groups split over tensor parallelism",
+    why="TransformerConfig raises unless --num-attention-heads is a multiple of the tensor "
+    "parallel size and --num-query-groups (grouped-query attention) is a multiple or a "
+    "divisor of it; without --kv-channels, validate_args asserts --hidden-size is a "
+    "multiple of --num-attention-heads. The model is never built.",
+    fix="Pick a tensor parallel size that divides the head count (and the query groups), and "
+    "a hidden size that is a multiple of the head count.",
+)
+def megatron_attention_heads(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for run in _megatron(pod, ctx):
+        at = commandline_at(pod, run.index, run.container)
+        tp, heads = run.size("tp"), run.ints.get("heads")
+        if heads is None:
+            continue
+        if heads % tp:
+            yield Violation(
+                f"--num-attention-heads {heads} is not a multiple of "
+                f"--tensor-model-parallel-size {tp}",
+                at,
+            )
+        groups = run.ints.get("groups")
+        if groups and run.has("--group-query-attention") and groups % tp and tp % groups:
+            yield Violation(
+                f"--num-query-groups {groups} is neither a multiple nor a divisor of "
+                f"--tensor-model-parallel-size {tp}",
+                at,
+            )
+        hidden = run.ints.get("hidden")
+        if hidden is not None and "kv" not in run.ints and hidden % heads:
+            yield Violation(
+                f"--hidden-size {hidden} is not a multiple of --num-attention-heads {heads}", at
+            )
+
+
+@_megatron_rule(
+    id="megatron-pipeline-layers",
+    severity=ERROR,
+    source=MEGATRON_ARGS + "#L893-L978",
+    title="Megatron's layers split over pipeline and virtual pipeline stages",
+    why="validate_args asserts that --num-layers is divisible by the pipeline parallel size "
+    "(and the layers per stage by --num-layers-per-virtual-pipeline-stage), that only one "
+    "of --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank "
+    "and --pipeline-model-parallel-layout is given, and that the interleaved schedule runs "
+    "with a pipeline parallel size above 1 (above 2 with --no-overlap-p2p-communication).",
+    fix="Give --num-layers a multiple of the pipeline parallel size, one way of asking for "
+    "virtual stages, and interleave only with enough pipeline stages.",
+)
+def megatron_pipeline_layers(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for run in _megatron(pod, ctx):
+        at = commandline_at(pod, run.index, run.container)
+        pp, layers = run.size("pp"), run.ints.get("layers")
+        ways = [
+            name
+            for name in (
+                "--num-layers-per-virtual-pipeline-stage",
+                "--num-virtual-stages-per-pipeline-rank",
+                "--pipeline-model-parallel-layout",
+            )
+            if run.has(name)
+        ]
+        if len(ways) > 1:
+            yield Violation(f"{' and '.join(ways)} together: Megatron allows one of them", at)
+            continue
+        uneven = run.has("--decoder-first-pipeline-num-layers") or run.has(
+            "--decoder-last-pipeline-num-layers"
+        )
+        special = uneven or any(
+            run.has(n)
+            for n in (
+                "--account-for-embedding-in-pipeline-split",
+                "--account-for-loss-in-pipeline-split",
+                "--hybrid-layer-pattern",
+                "--hybrid-override-pattern",
+                "--pipeline-model-parallel-layout",
+            )
+        )
+        if layers is not None and not special and layers % pp:
+            yield Violation(
+                f"--num-layers {layers} is not divisible by --pipeline-model-parallel-size {pp}",
+                at,
+            )
+            continue
+        virtual = None
+        per_stage = run.ints.get("vpp_layers")
+        if per_stage and layers is not None and not special:
+            if (layers // pp) % per_stage:
+                yield Violation(
+                    f"{layers // pp} layers per pipeline stage are not divisible by "
+                    f"--num-layers-per-virtual-pipeline-stage {per_stage}",
+                    at,
+                )
+                continue
+            virtual = (layers // pp) // per_stage
+        elif run.ints.get("vpp_stages"):
+            virtual = run.ints["vpp_stages"]
+        if virtual is not None and virtual > 1:
+            least = 2 if run.has("--no-overlap-p2p-communication") else 1
+            if pp <= least:
+                yield Violation(
+                    f"the interleaved schedule ({virtual} virtual stages) needs a pipeline "
+                    f"parallel size above {least}, not {pp}",
+                    at,
+                )
+
+
+@_megatron_rule(
+    id="megatron-sequence-parallel",
+    severity=WARNING,
+    source=MEGATRON_ARGS + "#L1391-L1402",
+    when={
+        "error": "--tp-comm-overlap without sequence parallelism (given, with TP > 1): "
+        "validate_args asserts",
+        "warning": "--sequence-parallel with tensor parallel size 1: Megatron turns it off",
+    },
+    title="Megatron's sequence parallelism runs with tensor parallelism",
+    why="With a tensor parallel size of 1 Megatron silently sets sequence_parallel to False "
+    "(only a rank-0 warning says so), so a run sized for its activation savings runs without "
+    "them; --tp-comm-overlap then fails its assertion that sequence parallelism is on.",
+    fix="Use --sequence-parallel with --tensor-model-parallel-size > 1, and add "
+    "--sequence-parallel wherever --tp-comm-overlap is given.",
+)
+def megatron_sequence_parallel(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for run in _megatron(pod, ctx):
+        at = commandline_at(pod, run.index, run.container)
+        tp = run.size("tp")
+        sequence = run.has("--sequence-parallel")
+        if run.has("--tp-comm-overlap") and (not sequence or tp == 1):
+            why = "tensor parallel size 1 turns it off" if sequence else "it is not given"
+            yield Violation(
+                f"--tp-comm-overlap needs sequence parallelism ({why}): Megatron asserts",
+                at,
+                severity=ERROR,
+            )
+        elif sequence and tp == 1:
+            yield Violation(
+                "--sequence-parallel with tensor parallel size 1: Megatron disables it", at
+            )
+
+
+def _script_sets(container: dict[str, Any]) -> bool:
+    return any("CUDA_DEVICE_MAX_CONNECTIONS" in w for w in commandline.words(container))
+
+
+def _pre_blackwell(pod: PodTemplate) -> bool:
+    selector = mapping(pod.spec.get("nodeSelector"))
+    product = str(selector.get("nvidia.com/gpu.product", ""))
+    return bool(product) and bool(_PRE_BLACKWELL.search(product))
+
+
+@_megatron_rule(
+    id="megatron-cuda-device-max-connections",
+    severity=WARNING,
+    source=MEGATRON_ARGS + "#L1409-L1439",
+    when={
+        "error": "the pods select a GPU older than Blackwell (nodeSelector "
+        "nvidia.com/gpu.product), where validate_args asserts, or FSDP2 with the variable "
+        "at 1 (asserted on every GPU)",
+        "warning": "the GPU model is not in the manifest: the assertion holds on Hopper and "
+        "older GPUs only",
+    },
+    title="CUDA_DEVICE_MAX_CONNECTIONS is what Megatron's parallelism needs",
+    why="On GPUs before Blackwell, Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 whenever "
+    "tensor or context parallelism is on (so communication kernels are queued before the "
+    "compute they overlap), unless FSDP is used; --use-torch-fsdp2 asserts the opposite "
+    "(not 1). Every rank stops at start-up.",
+    fix='Set env CUDA_DEVICE_MAX_CONNECTIONS: "1" on the training container for TP/CP > 1; '
+    "leave it unset (or above 1) with FSDP.",
+)
+def megatron_cuda_connections(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for run in _megatron(pod, ctx):
+        at = commandline_at(pod, run.index, run.container)
+        env = env_of(run.container)
+        value = env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+        if ("CUDA_DEVICE_MAX_CONNECTIONS" in env and value is None) or (
+            "CUDA_DEVICE_MAX_CONNECTIONS" not in env
+            and (run.container.get("envFrom") or _script_sets(run.container))
+        ):
+            continue  # set from a ConfigMap, a Secret or the script: not known here
+        fsdp = run.has("--use-torch-fsdp2") or run.has("--use-megatron-fsdp")
+        if run.has("--use-torch-fsdp2") and value == "1":
+            yield Violation(
+                "--use-torch-fsdp2 with CUDA_DEVICE_MAX_CONNECTIONS=1: Megatron asserts it "
+                "is not 1",
+                at,
+                severity=ERROR,
+            )
+            continue
+        if fsdp or run.has("--overlap-moe-expert-parallel-comm"):
+            continue
+        if (run.size("tp") > 1 or run.size("cp") > 1) and value != "1":
+            yield Violation(
+                f"TP {run.size('tp')} / CP {run.size('cp')} without "
+                "CUDA_DEVICE_MAX_CONNECTIONS=1: Megatron asserts it on GPUs before Blackwell",
+                at,
+                severity=ERROR if _pre_blackwell(pod) else None,
+            )
+
+
+@_megatron_rule(
+    id="megatron-optimizer-flags",
+    severity=ERROR,
+    source=MEGATRON_ARGS + "#L990-L1015",
+    title="Megatron's overlap and FSDP flags come with the options they need",
+    why="validate_args asserts that --overlap-param-gather comes with "
+    "--use-distributed-optimizer (or Megatron FSDP) and --overlap-grad-reduce, and that "
+    "--use-torch-fsdp2 is used without pipeline or expert parallelism, without "
+    "--use-distributed-optimizer and without --fp16. Every rank stops at start-up.",
+    fix="Add --use-distributed-optimizer --overlap-grad-reduce to --overlap-param-gather; "
+    "with --use-torch-fsdp2 drop the distributed optimizer and pipeline/expert parallelism.",
+)
+def megatron_optimizer_flags(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for run in _megatron(pod, ctx):
+        at = commandline_at(pod, run.index, run.container)
+        distributed = run.has("--use-distributed-optimizer")
+        if run.has("--overlap-param-gather"):
+            if not (distributed or run.has("--use-megatron-fsdp") or _dist_muon(run)):
+                yield Violation("--overlap-param-gather without --use-distributed-optimizer", at)
+            if not run.has("--overlap-grad-reduce"):
+                yield Violation("--overlap-param-gather without --overlap-grad-reduce", at)
+        if run.has("--use-torch-fsdp2"):
+            clashes = [
+                what
+                for what, present in (
+                    ("pipeline parallelism", run.size("pp") > 1),
+                    ("expert parallelism", run.size("ep") > 1),
+                    ("--use-distributed-optimizer", distributed),
+                    ("--fp16", run.has("--fp16")),
+                )
+                if present
+            ]
+            if clashes:
+                yield Violation(f"--use-torch-fsdp2 with {', '.join(clashes)}", at)
+
+
+def _dist_muon(run: Megatron) -> bool:
+    return commandline.flag(run.words, "--optimizer")[0] == "dist_muon"
+
+
+@_megatron_rule(
+    id="megatron-sequence-length",
+    severity=ERROR,
+    source=MEGATRON_ARGS + "#L1295-L1316",
+    title="Megatron's sequence length fits its position embeddings and context parallelism",
+    why="validate_args asserts that --max-position-embeddings is at least --seq-length and, "
+    "with context parallelism, that --seq-length is a multiple of 2 x the context parallel "
+    "size (each rank takes two chunks for load balance). Every rank stops at start-up.",
+    fix="Raise --max-position-embeddings to the sequence length, and use a sequence length "
+    "that is a multiple of 2 x --context-parallel-size.",
+)
+def megatron_sequence_length(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for run in _megatron(pod, ctx):
+        at = commandline_at(pod, run.index, run.container)
+        seq, cp, max_pos = run.ints.get("seq"), run.size("cp"), run.ints.get("max_pos")
+        if seq is None:
+            continue
+        if cp > 1 and seq % (2 * cp):
+            yield Violation(
+                f"--seq-length {seq} is not a multiple of 2 x --context-parallel-size {cp}", at
+            )
+        if max_pos is not None and max_pos < seq:
+            yield Violation(f"--max-position-embeddings {max_pos} is below --seq-length {seq}", at)
+
+
+@_megatron_rule(
+    id="megatron-removed-args",
+    severity=ERROR,
+    source=(MEGATRON_ARGS + "#L572-L587", TRANSFORMER_CONFIG + "#L1313-L1317"),
+    title="Megatron is given no argument it has replaced, and one precision",
+    why="validate_args asserts that --batch-size, --warmup and --model-parallel-size are not "
+    "given, and on --checkpoint-activations it prints a line and calls exit(): the pod ends "
+    "with status 0 and the job reports success without training. TransformerConfig raises "
+    "when --fp16 and --bf16 are both given.",
+    fix="Use --micro-batch-size, --lr-warmup-fraction, --tensor-model-parallel-size and "
+    "--recompute-activations; give one of --fp16 or --bf16.",
+)
+def megatron_removed_args(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for run in _megatron(pod, ctx):
+        at = commandline_at(pod, run.index, run.container)
+        for old, new in _REMOVED.items():
+            if run.has(old):
+                effect = (
+                    "Megatron exits with status 0 before training"
+                    if old == "--checkpoint-activations"
+                    else "Megatron asserts"
+                )
+                yield Violation(f"{old} is no longer valid ({effect}); use {new}", at)
+        if run.has("--fp16") and run.has("--bf16"):
+            yield Violation("--fp16 and --bf16 together: TransformerConfig raises", at)
+
+
+_REQUIRED = ("--num-layers", "--hidden-size", "--num-attention-heads", "--max-position-embeddings")
+# Schedule options of iteration-based and of sample-based training (0 means unset).
+_BY_ITERATION = ("--train-iters", "--lr-decay-iters", "--lr-warmup-iters")
+_BY_SAMPLE = ("--train-samples", "--lr-decay-samples", "--lr-warmup-samples")
+
+
+def _given(words: list[str], name: str) -> bool:
+    value, _ = commandline.flag(words, name)
+    return value is not None and value not in ("0", "None")
+
+
+def _float(words: list[str], name: str) -> float | None:
+    value, _ = commandline.flag(words, name)
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+@_megatron_rule(
+    id="megatron-training-args",
+    severity=ERROR,
+    source=(
+        MEGATRON_ARGS + "#L1234-L1277",
+        MEGATRON_ARGS + "#L1319-L1336",
+        MEGATRON_ARGS + "#L1385-L1388",
+    ),
+    title="Megatron's model, schedule, checkpoint and precision options are complete and agree",
+    why="validate_args asserts that --num-layers, --hidden-size, --num-attention-heads and "
+    "--max-position-embeddings are given (unless taken from a checkpoint or YAML config), "
+    "that a run is scheduled by iterations or by samples (not --train-iters with "
+    "--train-samples or --lr-decay-samples), that --save comes with a positive "
+    "--save-interval (and a "
+    "--save-retain-interval that is a multiple of it), that --min-lr is not above --lr, "
+    "that --fp16-lm-cross-entropy runs with --fp16 and --fp32-residual-connection with "
+    "--fp16 or --bf16, and that selective recomputation takes no --recompute-method. Every "
+    "rank stops at start-up.",
+    fix="Add --save-interval N to --save, keep --min-lr at or below --lr, and drop the "
+    "options the chosen precision or recomputation does not take.",
+)
+def megatron_training_args(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for run in _megatron(pod, ctx):
+        at = commandline_at(pod, run.index, run.container)
+        words = run.words
+        from_elsewhere = any(
+            run.has(n) for n in ("--use-checkpoint-args", "--yaml-cfg", "--hybrid-layer-pattern")
+        )
+        missing = [n for n in _REQUIRED if not run.has(n)]
+        if (
+            missing
+            and not from_elsewhere
+            and not (missing == ["--num-layers"] and run.has("--encoder-num-layers"))
+        ):
+            yield Violation(f"{', '.join(missing)} not given: Megatron asserts they are set", at)
+        iterations = [n for n in _BY_ITERATION if _given(words, n)]
+        samples = [n for n in _BY_SAMPLE if _given(words, n)]
+        by_iteration, by_sample = _given(words, "--train-iters"), _given(words, "--train-samples")
+        if (by_iteration and samples) or (by_sample and iterations):
+            yield Violation(
+                f"{', '.join(iterations)} with {', '.join(samples)}: Megatron trains by "
+                "iterations or by samples, not both",
+                at,
+            )
+        if run.has("--save"):
+            interval, _ = commandline.flag(words, "--save-interval", "--persistent-save-interval")
+            retain = _literal(commandline.flag(words, "--save-retain-interval")[0])
+            if interval is None:
+                yield Violation("--save without --save-interval: Megatron asserts it is set", at)
+            elif interval.isdigit() and int(interval) == 0:
+                yield Violation("--save-interval 0: Megatron asserts it is positive", at)
+            elif interval.isdigit() and retain is not None and retain % int(interval):
+                yield Violation(
+                    f"--save-retain-interval {retain} is not a multiple of --save-interval "
+                    f"{interval}",
+                    at,
+                )
+        lr, min_lr = _float(words, "--lr"), _float(words, "--min-lr")
+        if lr is not None and min_lr is not None and min_lr > lr:
+            yield Violation(f"--min-lr {min_lr:g} is above --lr {lr:g}", at)
+        if run.has("--fp16-lm-cross-entropy") and not run.has("--fp16"):
+            yield Violation("--fp16-lm-cross-entropy without --fp16", at)
+        if run.has("--fp32-residual-connection") and not (run.has("--fp16") or run.has("--bf16")):
+            yield Violation("--fp32-residual-connection without --fp16 or --bf16", at)
+        granularity, _ = commandline.flag(words, "--recompute-granularity")
+        selective = granularity == "selective" or run.has("--recompute-activations")
+        if selective and run.has("--recompute-method"):
+            yield Violation("selective recomputation with --recompute-method", at)
+
+
+# -- DeepSpeed configs in ConfigMaps ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeepSpeedConfig:
+    index: int
+    container: dict[str, Any]
+    words: list[str]
+    config: dict[str, Any]
+    where: str  # the ConfigMap and key
+    hf_trainer: bool  # given with the Trainer's --deepspeed flag
+    problem: str | None = None  # the file is missing or unreadable (deepspeed-config-file)
+
+
+def _config_path(words: list[str]) -> tuple[str | None, bool]:
+    """The config file a command names, and whether the Hugging Face Trainer reads it."""
+    value, _ = commandline.flag(words, *DEEPSPEED_CONFIG_FLAGS)
+    if value is not None:
+        return value, False
+    value, _ = commandline.flag(words, "--deepspeed")
+    if value is not None and value.endswith(".json"):
+        return value, True
+    return None, False
+
+
+def _configmap_file(pod: PodTemplate, ctx: Context, container: dict[str, Any], path: str):
+    """(text, 'name/key') of the ConfigMap file at `path` in the container when the
+    ConfigMap is rendered; text is None when the ConfigMap has no such file."""
+    best = None
+    for mount in container.get("volumeMounts") or []:
+        mount_path = str(mapping(mount).get("mountPath", "")).rstrip("/")
+        longer = best is None or len(mount_path) > len(best[0])
+        if mount_path and path.startswith(mount_path + "/") and longer:
+            best = (mount_path, mapping(mount))
+    if best is None:
+        return None
+    mount_path, mount = best
+    relative = path[len(mount_path) + 1 :]
+    if mount.get("subPath"):
+        return None
+    volume = mapping(pod.volume(str(mount.get("name"))))
+    source = mapping(volume.get("configMap"))
+    if not source.get("name"):
+        return None
+    found = ctx.find("ConfigMap", str(source["name"]), pod.doc.namespace or None)
+    if found is None:
+        return None
+    key: str | None = relative
+    items = source.get("items")
+    if isinstance(items, list):
+        key = next((str(i.get("key")) for i in dicts(items) if i.get("path") == relative), None)
+    where = f"ConfigMap {source['name']}" + (f" key {key}" if key else f" (no item {relative})")
+    if key is not None and key in mapping(found.obj.get("binaryData")):
+        return None  # a binary config (base64 or compressed): not read here
+    text = mapping(found.obj.get("data")).get(key) if key is not None else None
+    return (text if isinstance(text, str) else None), where
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise _DuplicateKeys(", ".join(twice))
+    return dict(pairs)
+
+
+class _DuplicateKeys(ValueError):
+    """A JSON object that names a key twice (DeepSpeed refuses it)."""
+
+
+def _deepspeed_configs(pod: PodTemplate, ctx: Context) -> list[DeepSpeedConfig]:
+    def compute() -> list[DeepSpeedConfig]:
+        found = []
+        for index, container in enumerate(pod.containers):
+            words = commandline.words(container)
+            path, hf = _config_path(words)
+            if path is None or "$" in path:
+                continue
+            file = _configmap_file(pod, ctx, container, path)
+            if file is None:
+                continue
+            text, where = file
+            problem, config = None, {}
+            if text is None:
+                problem = f"{path} is not in {where}: the container has no such file"
+            else:
+                try:
+                    config = json.loads(text, object_pairs_hook=_unique_keys)
+                except _DuplicateKeys as keys:
+                    if hf or commandline.has_flag(words, "--deepspeed_config_file"):
+                        continue  # read into a dict by transformers/accelerate: last one wins
+                    problem = f"{where} names {keys} twice: DeepSpeed refuses duplicate keys"
+                except ValueError:
+                    continue  # hjson, which DeepSpeed also reads: not parsed here
+            if isinstance(config, dict):
+                found.append(DeepSpeedConfig(index, container, words, config, where, hf, problem))
+        return found
+
+    return pod.memo("deepspeed-configs", compute)
+
+
+def _number(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _ranks(pod: PodTemplate, ctx: Context, found: DeepSpeedConfig) -> int | None:
+    world, _ = _world(pod, ctx, found.container, found.words)
+    return world
+
+
+@pod_rule(
+    id="deepspeed-batch-size",
+    severity=ERROR,
+    source=(DEEPSPEED_CONFIG + "#L912-L978", HF_DEEPSPEED),
+    title="A DeepSpeed config's batch sizes agree with each other and the world size",
+    why="DeepSpeed asserts each batch value it is given is above 0, derives the missing "
+    "one of train_batch_size, train_micro_batch_size_per_gpu and "
+    "gradient_accumulation_steps and then asserts "
+    "train_batch_size == micro batch x accumulation steps x data-parallel world size; it "
+    "stops at deepspeed.initialize on every rank. Under the Hugging Face Trainer "
+    '(--deepspeed ds.json) a value that is not "auto" must equal the Trainer\'s own '
+    "(--per_device_train_batch_size, default 8; --gradient_accumulation_steps, default 1), "
+    "or the Trainer raises listing the mismatches.",
+    fix='Give two of the three and let DeepSpeed derive the third, write "auto" under the '
+    "Trainer, or make train_batch_size = micro x accumulation x GPUs of the job.",
+    applies=common.trains,
+)
+def deepspeed_batch_size(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for found in _deepspeed_configs(pod, ctx):
+        if found.problem:
+            continue
+        at = commandline_at(pod, found.index, found.container)
+        config = found.config
+        total = _number(config.get("train_batch_size"))
+        micro = _number(config.get("train_micro_batch_size_per_gpu"))
+        steps = _number(config.get("gradient_accumulation_steps"))
+        for key, value in (
+            ("train_batch_size", total),
+            ("train_micro_batch_size_per_gpu", micro),
+            ("gradient_accumulation_steps", steps),
+        ):
+            if value is not None and value <= 0:
+                yield Violation(f"{found.where}: {key} {value}: DeepSpeed asserts it is > 0", at)
+        if found.hf_trainer:
+            yield from _hf_mismatch(found, micro, steps, at)
+            continue
+        model_parallel = any(
+            (_literal(commandline.flag(found.words, name)[0]) or 1) > 1
+            for name in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size")
+        )
+        if total is None or micro is None or steps is None or min(total, micro, steps) <= 0:
+            continue
+        if total % (micro * steps):
+            yield Violation(
+                f"{found.where}: train_batch_size {total} is not a multiple of micro batch "
+                f"{micro} x accumulation steps {steps}",
+                at,
+            )
+            continue
+        world = _ranks(pod, ctx, found)
+        if world and not model_parallel and total != micro * steps * world:
+            yield Violation(
+                f"{found.where}: train_batch_size {total} != {micro} x {steps} x {world} ranks",
+                at,
+            )
+
+
+def _hf_mismatch(found: DeepSpeedConfig, micro: int | None, steps: int | None, at: tuple):
+    for ds_key, value, flag, default in (
+        ("train_micro_batch_size_per_gpu", micro, "--per_device_train_batch_size", 8),
+        ("gradient_accumulation_steps", steps, "--gradient_accumulation_steps", 1),
+    ):
+        if value is None:
+            continue
+        given, _ = commandline.flag(found.words, flag, flag.replace("_", "-"))
+        if given is not None and not given.isdigit():
+            continue
+        trainer = int(given) if given is not None else default
+        if value != trainer:
+            yield Violation(
+                f"{found.where}: {ds_key} {value} but the Trainer's {flag} is {trainer}: the "
+                'Trainer raises on the mismatch (write "auto")',
+                at,
+            )
+
+
+@pod_rule(
+    id="deepspeed-config-values",
+    severity=ERROR,
+    source=(
+        DEEPSPEED_CONFIG + "#L812-L815",
+        DEEPSPEED_TAG + "deepspeed/runtime/zero/config.py#L81-L100",
+        DEEPSPEED_TAG + "deepspeed/runtime/zero/config.py#L155-L168",
+    ),
+    when={
+        "error": "a ZeRO stage other than 0-3, or fp16 and bf16 both enabled: DeepSpeed "
+        "refuses the config",
+        "warning": "offload_param below stage 3: DeepSpeed ignores it",
+    },
+    title="A DeepSpeed config names a ZeRO stage, precision and offload it supports",
+    why="DeepSpeed's config model accepts ZeRO stages 0 to 3 only, asserts that fp16 and bf16 "
+    "are not both enabled, and offloads parameters (offload_param) only in stage 3: in "
+    "stages 1 and 2 the section is ignored and the parameters stay on the GPU the run was "
+    "sized to free.",
+    fix="Use zero_optimization.stage 0-3, enable one of fp16/bf16, and offload parameters "
+    "only with stage 3 (offload_optimizer works from stage 1).",
+    applies=common.trains,
+)
+def deepspeed_config_values(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for found in _deepspeed_configs(pod, ctx):
+        if found.problem:
+            continue
+        at = commandline_at(pod, found.index, found.container)
+        zero = mapping(found.config.get("zero_optimization"))
+        stage = zero.get("stage", 0)
+        if _number(stage) is not None and stage not in (0, 1, 2, 3):
+            yield Violation(f"{found.where}: zero_optimization.stage {stage} (0-3)", at)
+        enabled = [
+            key for key in ("fp16", "bf16") if mapping(found.config.get(key)).get("enabled") is True
+        ]
+        if len(enabled) == 2:
+            yield Violation(f"{found.where}: fp16 and bf16 both enabled", at)
+        offload = mapping(zero.get("offload_param"))
+        if _number(stage) in (0, 1, 2) and offload.get("device") not in (None, "none"):
+            yield Violation(
+                f"{found.where}: offload_param to {offload['device']} in ZeRO stage {stage}: "
+                "only stage 3 offloads parameters",
+                at,
+                severity=WARNING,
+            )
+
+
+@pod_rule(
+    id="deepspeed-config-file",
+    severity=ERROR,
+    source=(
+        DEEPSPEED_CONFIG + "#L682-L696",
+        DEEPSPEED_TAG + "deepspeed/runtime/config_utils.py#L205-L212",
+    ),
+    title="The DeepSpeed config a command names is a file of its ConfigMap",
+    why="DeepSpeedConfig opens the path it is given; when the ConfigMap mounted there has no "
+    "such key (or its items leave the file out) the path does not exist, and DeepSpeed "
+    "raises that it expected a path to an existing config. Reading the file itself "
+    "(--deepspeed_config) it also refuses a key written twice "
+    "(dict_raise_error_on_duplicate_keys). The ranks stop at "
+    "deepspeed.initialize.",
+    fix="Name the file after a key of the ConfigMap (or its items' path), and write each key once.",
+    applies=common.trains,
+)
+def deepspeed_config_file(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for found in _deepspeed_configs(pod, ctx):
+        if found.problem:
+            yield Violation(found.problem, commandline_at(pod, found.index, found.container))
