@@ -86,6 +86,7 @@ def test_the_policy_config_exempts_with_its_reason_and_expiry(tmp_path: Path):
     config = (
         "exemptions:\n- rule: privileged-container\n  resources: [PyTorchJob/training/llama]\n"
         "  reason: firmware flashing job\n  expires: 2999-01-01\n"
+        "  paths: [overlays/c/runs/r]\n"  # a config exemption holds in a run only where it says
     )
     found = _run_findings("privileged-container", "overlays/c/runs/r", config, tmp_path)
     assert not [f for f in found if f.rule == "privileged-container"]
