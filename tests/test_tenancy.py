@@ -356,3 +356,240 @@ def test_a_platform_run_taking_a_teams_namespace_fails(trainops, shared):
     finally:
         shutil.rmtree(run)
     assert "run-team-namespace" in {f["rule"] for f in found}, found
+
+
+# -- every kind that makes pods passes the same gate -------------------------------------
+
+GPU_POD = {
+    "containers": [
+        {"name": "main", "image": IMAGE, "resources": {"limits": {"nvidia.com/gpu": 8}}}
+    ],
+    "restartPolicy": "Never",
+}
+QUEUED_LABELS = {
+    "trainops.dev/team": "vision",
+    "kueue.x-k8s.io/queue-name": "vision",
+    "kueue.x-k8s.io/priority-class": "standard",
+}
+
+
+def _job(labels: dict, pod: dict = GPU_POD) -> dict:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "side-job", "labels": labels},
+        "spec": {"template": {"spec": pod}},
+    }
+
+
+def _template(kind: str, api: str) -> dict:
+    return {
+        "apiVersion": api,
+        "kind": kind,
+        "metadata": {"name": f"side-{kind.lower()}"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "side"}},
+            "template": {"metadata": {"labels": {"app": "side"}}, "spec": GPU_POD},
+        },
+    }
+
+
+SIDE_DOORS = {
+    "unqueued-job": (_job({"trainops.dev/team": "vision"}), "queue in LocalQueue vision"),
+    "job-of-another-team": (
+        _job({**QUEUED_LABELS, "trainops.dev/team": "nlp"}),
+        "belongs to team vision",
+    ),
+    "job-from-any-registry": (
+        _job(QUEUED_LABELS, {**GPU_POD, "containers": [{"name": "m", "image": "docker.io/x/y"}]}),
+        "images come from",
+    ),
+    "privileged-job": (
+        _job(
+            QUEUED_LABELS,
+            {**GPU_POD, "hostNetwork": True},
+        ),
+        "training pods take no privilege",
+    ),
+    "cronjob-queued-on-itself-only": (
+        {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {"name": "side-cron", "labels": QUEUED_LABELS},
+            "spec": {
+                "schedule": "0 * * * *",
+                "jobTemplate": {"spec": {"template": {"spec": GPU_POD}}},
+            },
+        },
+        "queue in LocalQueue vision",
+    ),
+    "jobset-unqueued": (
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": "side-jobset", "labels": {"trainops.dev/team": "vision"}},
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "w",
+                        "replicas": 1,
+                        "template": {"spec": {"template": {"spec": GPU_POD}}},
+                    }
+                ]
+            },
+        },
+        "queue in LocalQueue vision",
+    ),
+    "bare-gpu-pod": (
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "side-pod"}, "spec": GPU_POD},
+        "Pod side-pod asks for GPUs or RDMA devices outside the queue",
+    ),
+    "gpu-deployment": (
+        {
+            **_template("Deployment", "apps/v1"),
+            "spec": {
+                **_template("Deployment", "apps/v1")["spec"],
+                "template": {
+                    "metadata": {"labels": {"app": "side"}},
+                    "spec": {**GPU_POD, "restartPolicy": "Always"},
+                },
+            },
+        },
+        "Deployment side-deployment asks for GPUs or RDMA devices outside the queue",
+    ),
+    "gpu-daemonset": (
+        {
+            **_template("DaemonSet", "apps/v1"),
+            "spec": {
+                **_template("DaemonSet", "apps/v1")["spec"],
+                "template": {
+                    "metadata": {"labels": {"app": "side"}},
+                    "spec": {**GPU_POD, "restartPolicy": "Always"},
+                },
+            },
+        },
+        "DaemonSet side-daemonset asks for GPUs or RDMA devices outside the queue",
+    ),
+}
+
+
+def _admission_denials(trainops, shared: Path, obj: dict, cluster: str = "gpu-east") -> list[str]:
+    target = shared / f"overlays/{cluster}/teams/vision/runs/side-door"
+    target.mkdir()
+    try:
+        (target / "objects.yaml").write_text(yaml.safe_dump(obj))
+        (target / "kustomization.yaml").write_text(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+            "namespace: vision\nresources:\n- objects.yaml\n"
+        )
+        found = findings(trainops, shared, f"overlays/{cluster}/teams/vision/runs/side-door")
+    finally:
+        shutil.rmtree(target)
+    return [f["message"] for f in found if f["rule"] == "admission-policy"]
+
+
+@pytest.mark.parametrize("door", sorted(SIDE_DOORS))
+def test_every_kind_that_makes_pods_is_refused_outside_the_teams_rules(trainops, shared, door):
+    """A batch Job, CronJob, JobSet, bare Pod, Deployment or DaemonSet in a team's namespace
+    meets the same gate as a training job: queue, team, registry, privilege, and no GPUs
+    outside the queue."""
+    obj, message = SIDE_DOORS[door]
+    denied = _admission_denials(trainops, shared, obj)
+    assert any(message in m for m in denied), denied
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        _job(QUEUED_LABELS),
+        # A Deployment without accelerators (a dashboard beside the runs) is not queued.
+        {
+            **_template("Deployment", "apps/v1"),
+            "spec": {
+                **_template("Deployment", "apps/v1")["spec"],
+                "template": {
+                    "metadata": {"labels": {"app": "side"}},
+                    "spec": {"containers": [{"name": "ui", "image": IMAGE}]},
+                },
+            },
+        },
+        # A job controller's pod was checked as its owner: the operator's own init
+        # container image is not the team's to choose.
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "side-job-0-abcde",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": "side-job",
+                        "uid": "0c6b0a44-5a3f-4f53-9a3e-6b9d0f0c2a11",
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {**GPU_POD, "initContainers": [{"name": "i", "image": "docker.io/alpine"}]},
+        },
+    ],
+    ids=["queued-job", "deployment-without-gpus", "pod-of-a-job"],
+)
+def test_pod_bearing_kinds_within_the_teams_rules_are_admitted(trainops, shared, obj):
+    assert _admission_denials(trainops, shared, obj) == []
+
+
+def test_the_gpu_health_check_queues_like_a_job(trainops, shared):
+    """Its pods take whole nodes: outside the queue they would take them from admitted runs."""
+    east = by_kind(rendered(trainops, shared, "overlays/gpu-east/monitoring"), "CronJob")
+    job = east["training/gpu-health"]["spec"]["jobTemplate"]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "training"
+    assert job["metadata"]["annotations"]["kueue.x-k8s.io/job-min-parallelism"] == "1"
+    west = by_kind(rendered(trainops, shared, "overlays/gpu-west/monitoring"), "CronJob")
+    template = west["training/gpu-health"]["spec"]["jobTemplate"]["spec"]["template"]
+    assert template["spec"]["schedulerName"] == "volcano"
+    assert template["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] == "training"
+
+
+def test_the_platform_namespace_admits_the_health_checks_image():
+    from trainops.profile.tenancy import PLATFORM_IMAGES
+
+    base = Path(__file__).resolve().parents[1] / "base"
+    cron = yaml.safe_load((base / "monitoring/gpu-health/cronjob.yaml").read_text())
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert [c["image"] for c in pod["containers"]] == list(PLATFORM_IMAGES)
+
+
+def test_a_plain_job_on_volcano_queues_by_its_pods(trainops, shared):
+    """Volcano queues a batch Job's pods by their scheduler, queue annotation and priority."""
+    labels = {"trainops.dev/team": "vision"}
+    denied = _admission_denials(trainops, shared, _job(labels), "gpu-west")
+    assert any("queue in Volcano queue vision" in m for m in denied), denied
+    job = _job(labels, {**GPU_POD, "schedulerName": "volcano", "priorityClassName": "standard"})
+    job["spec"]["template"]["metadata"] = {
+        "annotations": {"scheduling.volcano.sh/queue-name": "vision"}
+    }
+    assert _admission_denials(trainops, shared, job, "gpu-west") == []
+
+
+@pytest.mark.parametrize("cluster", ["gpu-east", "gpu-west"])
+def test_a_team_runs_data_preparation_queues_as_the_run_does(trainops, shared, cluster):
+    """The prepare Job is a batch Job in the team's namespace: the gate asks it to queue."""
+    made = trainops(
+        "new-run", cluster, "prep-0412", "--team", "vision", "--nodes", "2",
+        "--dataset-claim", "corpus:/data", "--prepare", "python prepare.py --out /data",
+        cwd=shared,
+    )  # fmt: skip
+    assert made.code == 0, made.err
+    run = shared / f"overlays/{cluster}/teams/vision/runs/prep-0412"
+    try:
+        found = findings(trainops, shared, str(run.relative_to(shared)))
+        jobs = by_kind(rendered(trainops, shared, str(run.relative_to(shared))), "Job")
+    finally:
+        shutil.rmtree(run)
+    assert [f for f in found if f["rule"] == "admission-policy"] == []
+    prepare = jobs["vision/prep-0412-prepare"]
+    if cluster == "gpu-east":
+        assert prepare["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "vision"
+    else:
+        assert prepare["spec"]["template"]["spec"]["schedulerName"] == "volcano"

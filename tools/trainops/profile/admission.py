@@ -1,16 +1,26 @@
 """The cluster's admission gate for runs: a ValidatingAdmissionPolicy and its binding.
 
 `kubectl apply` bypasses CI, so what `trainops validate` refuses in a run the API
-server refuses too. The policy matches the cluster's job kinds in every namespace
-labelled `trainops.dev/tenant` (each team's, and the platform's `training`) and
-checks a job against the parameters of its namespace (the `trainops-runs`
-ConfigMap there, `profile.tenancy.params`):
+server refuses too. The policy matches every kind that makes pods (the cluster's
+job kinds, batch Jobs and CronJobs, JobSets, Pods, Deployments, StatefulSets,
+ReplicaSets and DaemonSets) in every namespace labelled `trainops.dev/tenant`
+(each team's, and the platform's `training`) and checks it against the parameters
+of its namespace (the `trainops-runs` ConfigMap there, `profile.tenancy.params`).
+An object a job controller made (a controller owner reference to a job kind: a
+job's pods, a JobSet's or CronJob's Jobs) was checked as its owner; the policy
+skips it, so what the operators add to their pods (the Training Operator's init
+container) is theirs to choose.
+
+- accelerators (GPUs, RDMA devices, DRA claims) are requested only through a kind
+  the queue admits; a bare Pod, Deployment, StatefulSet, ReplicaSet or DaemonSet
+  asking for one would run outside every quota;
 
 - a team's job carries the team's label (`trainops.dev/team`), so a job written for
   one team and pointed at another's namespace is refused there;
-- it queues in its namespace's queue (Kueue's queue-name label; Volcano's
-  schedulingPolicy.queue, or for a TrainJob the queue annotation of its runtime
-  patch) and asks for a priority its team may use;
+- it queues in its namespace's queue (Kueue's queue-name label, on a CronJob's job
+  template; Volcano's schedulingPolicy.queue, for a TrainJob the queue annotation
+  of its runtime patch, for other kinds the pod templates' queue annotation) and
+  asks for a priority its team may use;
 - its pods attach only the cluster's training network, from their own namespace;
 - its images come from the cluster's registries;
 - its pods take no privilege: the fabric needs none (host namespaces, privileged
@@ -31,29 +41,46 @@ from trainops.profile.tenancy import (
     QUEUE_LABEL,
     TEAM_LABEL,
     TENANT_LABEL,
+    VOLCANO_QUEUE,
 )
 
 POLICY = "trainops-runs"
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
-VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
+
+
+# Kinds whose pods the queue admits, by API group; the Kubeflow ones as the profile
+# installs them. Pods are checked when made (their spec cannot change afterwards, and
+# a refused status or finalizer update would leave them stuck).
+QUEUED = ("Job", "CronJob", "JobSet", "PyTorchJob", "MPIJob", "TrainJob")
+UNQUEUED = {"": ["pods"], "apps": ["deployments", "statefulsets", "replicasets", "daemonsets"]}
+# A controller owner of these kinds made the object from a template the policy checked.
+JOB_OWNERS = ("Job", "CronJob", "JobSet", "PyTorchJob", "MPIJob", "TrainJob")
 
 
 def _resources(p: ClusterProfile) -> list[dict[str, Any]]:
-    rules = []
+    rules: list[tuple[str, list[str], list[str]]] = []
     kubeflow = (["pytorchjobs"] if p.trainer_v1 else []) + (["mpijobs"] if p.uses_mpi else [])
     if kubeflow:
-        rules.append(("kubeflow.org", kubeflow))
+        rules.append(("kubeflow.org", kubeflow, ["CREATE", "UPDATE"]))
     if p.trainer_v2:
-        rules.append(("trainer.kubeflow.org", ["trainjobs"]))
+        rules.append(("trainer.kubeflow.org", ["trainjobs"], ["CREATE", "UPDATE"]))
+    rules.append(("batch", ["jobs", "cronjobs"], ["CREATE", "UPDATE"]))
+    rules.append(("jobset.x-k8s.io", ["jobsets"], ["CREATE", "UPDATE"]))
+    rules.append(("", UNQUEUED[""], ["CREATE"]))
+    rules.append(("apps", UNQUEUED["apps"], ["CREATE", "UPDATE"]))
     return [
         {
             "apiGroups": [group],
             "apiVersions": ["*"],
-            "operations": ["CREATE", "UPDATE"],
+            "operations": operations,
             "resources": resources,
         }
-        for group, resources in rules
+        for group, resources, operations in rules
     ]
+
+
+def _kinds(kinds: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{k}'" for k in kinds) + "]"
 
 
 def _has(path: str) -> str:
@@ -67,70 +94,121 @@ RUNTIME_POD = (
     "&& has(p.trainingRuntimeSpec.template.spec) "
     "&& has(p.trainingRuntimeSpec.template.spec.replicatedJobs)"
 )
-VARIABLES = [
-    ("labels", "has(object.metadata.labels) ? object.metadata.labels : {}"),
+KIND = "request.kind.kind"
+# The job template of a CronJob, the pod templates of each kind.
+JOB_TEMPLATE = (
+    "has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) "
+    "&& has(object.spec.jobTemplate.spec.template)"
+)
+TEMPLATES = (
+    f"{KIND} == 'Pod' ? [object] : "
+    f"{KIND} == 'CronJob' ? ({JOB_TEMPLATE} ? [object.spec.jobTemplate.spec.template] : []) : "
+    f"{KIND} == 'JobSet' ? (has(object.spec.replicatedJobs) ? object.spec.replicatedJobs"
+    ".filter(j, has(j.template) && has(j.template.spec) && has(j.template.spec.template))"
+    ".map(j, j.template.spec.template) : []) : "
+    "has(object.spec.template) ? [object.spec.template] : "
+    "variables.replicas.filter(r, has(r.template)).map(r, r.template)"
+)
+MATCH_CONDITIONS = [
     (
-        "replicas",
-        "has(object.spec.pytorchReplicaSpecs) ? object.spec.pytorchReplicaSpecs.map(k, "
-        "object.spec.pytorchReplicaSpecs[k]) : has(object.spec.mpiReplicaSpecs) ? "
-        "object.spec.mpiReplicaSpecs.map(k, object.spec.mpiReplicaSpecs[k]) : []",
-    ),
-    ("templates", "variables.replicas.filter(r, has(r.template)).map(r, r.template)"),
-    ("podSpecs", "variables.templates.filter(t, has(t.spec)).map(t, t.spec)"),
-    (
-        "containers",
-        "variables.podSpecs.map(s, (has(s.containers) ? s.containers : []) + "
-        "(has(s.initContainers) ? s.initContainers : []))",
-    ),
-    (
-        "attachments",
-        "variables.templates.filter(t, has(t.metadata) && has(t.metadata.annotations) "
-        f"&& '{NETWORKS}' in t.metadata.annotations)"
-        f".map(t, t.metadata.annotations['{NETWORKS}'])",
-    ),
-    # A TrainJob's pods are its runtime's (the platform's); its runtime patches may add
-    # pod-template annotations.
-    (
-        "patchAnnotations",
-        "has(object.spec.runtimePatches) ? object.spec.runtimePatches.filter(p, "
-        f"{RUNTIME_POD}).map(p, p.trainingRuntimeSpec.template.spec.replicatedJobs"
-        ".filter(j, has(j.template) && has(j.template.spec) && has(j.template.spec.template)"
-        " && has(j.template.spec.template.metadata)"
-        " && has(j.template.spec.template.metadata.annotations))"
-        ".map(j, j.template.spec.template.metadata.annotations)) : []",
-    ),
-    (
-        "runtimeQueues",
-        "has(object.spec.runtimePatches) ? object.spec.runtimePatches.filter(p, "
-        "has(p.trainingRuntimeSpec) && has(p.trainingRuntimeSpec.template) "
-        "&& has(p.trainingRuntimeSpec.template.metadata) "
-        "&& has(p.trainingRuntimeSpec.template.metadata.annotations) "
-        f"&& '{VOLCANO_QUEUE}' in p.trainingRuntimeSpec.template.metadata.annotations)"
-        f".map(p, p.trainingRuntimeSpec.template.metadata.annotations['{VOLCANO_QUEUE}'])"
-        " : []",
-    ),
-    ("networks", "params.data.networks.split(',')"),
-    ("registries", "params.data.registries.split(',')"),
-    ("priorities", "params.data.priorities.split(',')"),
+        "made-by-no-job-controller",
+        "!has(object.metadata.ownerReferences) || !object.metadata.ownerReferences.exists(o, "
+        f"has(o.controller) && o.controller && o.kind in {_kinds(JOB_OWNERS)})",
+    )
 ]
+
+
+def _variables(p: ClusterProfile) -> list[tuple[str, str]]:
+    accelerator = "k.startsWith('nvidia.com/')" + (
+        f" || k == '{p.rdmaResource}'" if p.rdmaResource else ""
+    )
+    return [
+        ("labels", "has(object.metadata.labels) ? object.metadata.labels : {}"),
+        # Kueue reads the queue of the Jobs a CronJob makes from its job template.
+        (
+            "jobLabels",
+            f"{KIND} == 'CronJob' ? ({_has('object.spec.jobTemplate.metadata.labels')} ? "
+            "object.spec.jobTemplate.metadata.labels : {}) : variables.labels",
+        ),
+        (
+            "replicas",
+            "has(object.spec.pytorchReplicaSpecs) ? object.spec.pytorchReplicaSpecs.map(k, "
+            "object.spec.pytorchReplicaSpecs[k]) : has(object.spec.mpiReplicaSpecs) ? "
+            "object.spec.mpiReplicaSpecs.map(k, object.spec.mpiReplicaSpecs[k]) : []",
+        ),
+        ("templates", TEMPLATES),
+        ("podSpecs", "variables.templates.filter(t, has(t.spec)).map(t, t.spec)"),
+        (
+            "containers",
+            "variables.podSpecs.map(s, (has(s.containers) ? s.containers : []) + "
+            "(has(s.initContainers) ? s.initContainers : []))",
+        ),
+        (
+            "accelerators",
+            "variables.podSpecs.exists(s, has(s.resourceClaims) && size(s.resourceClaims) > 0) "
+            "|| variables.containers.exists(cs, cs.exists(c, has(c.resources) && "
+            f"((has(c.resources.limits) && c.resources.limits.exists(k, {accelerator})) || "
+            f"(has(c.resources.requests) && c.resources.requests.exists(k, {accelerator})))))",
+        ),
+        (
+            "attachments",
+            "variables.templates.filter(t, has(t.metadata) && has(t.metadata.annotations) "
+            f"&& '{NETWORKS}' in t.metadata.annotations)"
+            f".map(t, t.metadata.annotations['{NETWORKS}'])",
+        ),
+        # A TrainJob's pods are its runtime's (the platform's); its runtime patches may add
+        # pod-template annotations.
+        (
+            "patchAnnotations",
+            "has(object.spec.runtimePatches) ? object.spec.runtimePatches.filter(p, "
+            f"{RUNTIME_POD}).map(p, p.trainingRuntimeSpec.template.spec.replicatedJobs"
+            ".filter(j, has(j.template) && has(j.template.spec) && has(j.template.spec.template)"
+            " && has(j.template.spec.template.metadata)"
+            " && has(j.template.spec.template.metadata.annotations))"
+            ".map(j, j.template.spec.template.metadata.annotations)) : []",
+        ),
+        (
+            "runtimeQueues",
+            "has(object.spec.runtimePatches) ? object.spec.runtimePatches.filter(p, "
+            "has(p.trainingRuntimeSpec) && has(p.trainingRuntimeSpec.template) "
+            "&& has(p.trainingRuntimeSpec.template.metadata) "
+            "&& has(p.trainingRuntimeSpec.template.metadata.annotations) "
+            f"&& '{VOLCANO_QUEUE}' in p.trainingRuntimeSpec.template.metadata.annotations)"
+            f".map(p, p.trainingRuntimeSpec.template.metadata.annotations['{VOLCANO_QUEUE}'])"
+            " : []",
+        ),
+        ("networks", "params.data.networks.split(',')"),
+        ("registries", "params.data.registries.split(',')"),
+        ("priorities", "params.data.priorities.split(',')"),
+    ]
+
+
 NAMESPACE = "object.metadata.namespace"
 
 
 def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
+    queued = f"{KIND} in {_kinds(QUEUED)}"
     out = [
         {
-            "expression": f"params.data.team == '' || ('{TEAM_LABEL}' in variables.labels "
-            f"&& variables.labels['{TEAM_LABEL}'] == params.data.team)",
+            "expression": f"{queued} || !variables.accelerators",
+            "messageExpression": f"{KIND} + ' ' + object.metadata.name + ' asks for GPUs or RDMA "
+            "devices outside the queue, which no quota counts: run it as a Job or a training job "
+            "queued in ' + params.data.queue",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"!({queued}) || params.data.team == '' || ('{TEAM_LABEL}' in "
+            f"variables.labels && variables.labels['{TEAM_LABEL}'] == params.data.team)",
             "messageExpression": f"'namespace ' + {NAMESPACE} + ' belongs to team ' + "
             f"params.data.team + ': its jobs carry the label {TEAM_LABEL}: ' + params.data.team",
             "reason": "Forbidden",
-        }
+        },
     ]
     if p.scheduler == "kueue":
         out.append(
             {
-                "expression": f"'{QUEUE_LABEL}' in variables.labels && "
-                f"variables.labels['{QUEUE_LABEL}'] == params.data.queue",
+                "expression": f"!({queued}) || ('{QUEUE_LABEL}' in variables.jobLabels && "
+                f"variables.jobLabels['{QUEUE_LABEL}'] == params.data.queue)",
                 "messageExpression": f"'jobs in namespace ' + {NAMESPACE} + ' queue in "
                 f"LocalQueue ' + params.data.queue + ' (label {QUEUE_LABEL})'",
                 "reason": "Forbidden",
@@ -138,8 +216,8 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
         )
         out.append(
             {
-                "expression": f"'{PRIORITY_LABEL}' in variables.labels && "
-                f"variables.labels['{PRIORITY_LABEL}'] in variables.priorities",
+                "expression": f"!({queued}) || ('{PRIORITY_LABEL}' in variables.jobLabels && "
+                f"variables.jobLabels['{PRIORITY_LABEL}'] in variables.priorities)",
                 "messageExpression": f"'jobs in namespace ' + {NAMESPACE} + ' use one of the "
                 f"priorities ' + params.data.priorities + ' (label {PRIORITY_LABEL})'",
                 "reason": "Forbidden",
@@ -147,12 +225,21 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
         )
     elif p.scheduler == "volcano":
         policy = "object.spec.runPolicy.schedulingPolicy"
+        kubeflow = f"{KIND} in ['PyTorchJob', 'MPIJob']"
+        # Plain Jobs and JobSets queue by their pods: Volcano's scheduler and queue annotation.
+        by_pods = (
+            "variables.templates.size() > 0 && variables.templates.all(t, has(t.metadata) "
+            f"&& has(t.metadata.annotations) && '{VOLCANO_QUEUE}' in t.metadata.annotations "
+            f"&& t.metadata.annotations['{VOLCANO_QUEUE}'] == params.data.queue) && "
+            "variables.podSpecs.all(s, has(s.schedulerName) && s.schedulerName == 'volcano')"
+        )
         out.append(
             {
-                "expression": "request.kind.kind == 'TrainJob' ? "
+                "expression": f"!({queued}) || ({KIND} == 'TrainJob' ? "
                 "((params.data.team == '' || variables.runtimeQueues.size() > 0) && "
                 "variables.runtimeQueues.all(q, q == params.data.queue)) : "
-                f"({_has(policy + '.queue')} && {policy}.queue == params.data.queue)",
+                f"{kubeflow} ? ({_has(policy + '.queue')} && {policy}.queue == params.data.queue)"
+                f" : ({by_pods}))",
                 "messageExpression": f"'jobs in namespace ' + {NAMESPACE} + ' queue in Volcano "
                 "queue ' + params.data.queue",
                 "reason": "Forbidden",
@@ -160,9 +247,11 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
         )
         out.append(
             {
-                "expression": "request.kind.kind == 'TrainJob' || "
+                "expression": f"!({queued}) || {KIND} == 'TrainJob' || ({kubeflow} ? "
                 f"({_has(policy + '.priorityClass')} "
-                f"&& {policy}.priorityClass in variables.priorities)",
+                f"&& {policy}.priorityClass in variables.priorities) : "
+                "variables.podSpecs.all(s, has(s.priorityClassName) && "
+                "s.priorityClassName in variables.priorities))",
                 "messageExpression": f"'jobs in namespace ' + {NAMESPACE} + ' use one of the "
                 "priorities ' + params.data.priorities",
                 "reason": "Forbidden",
@@ -212,7 +301,8 @@ def documents(p: ClusterProfile) -> list[dict[str, Any]]:
             "failurePolicy": "Fail",
             "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
             "matchConstraints": {"resourceRules": _resources(p)},
-            "variables": [{"name": n, "expression": e} for n, e in VARIABLES],
+            "matchConditions": [{"name": n, "expression": e} for n, e in MATCH_CONDITIONS],
+            "variables": [{"name": n, "expression": e} for n, e in _variables(p)],
             "validations": _validations(p),
         },
     }

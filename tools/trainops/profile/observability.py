@@ -17,6 +17,7 @@ from typing import Any
 from trainops.profile import observability_settings
 from trainops.profile.generated import HEADER
 from trainops.profile.model import ClusterProfile, ProfileError
+from trainops.profile.tenancy import PRIORITY_LABEL, QUEUE_LABEL, VOLCANO_QUEUE
 from trainops.yamlio import dump
 
 DIRECTORY = "monitoring"
@@ -410,17 +411,16 @@ def _gpu_health_patch(p: ClusterProfile) -> dict[str, Any]:
     }
     if p.gpuProduct:
         pod["nodeSelector"] = {"nvidia.com/gpu.product": p.gpuProduct}
-    spec: dict[str, Any] = {
-        "schedule": health.schedule,
-        "jobTemplate": {
-            "spec": {
-                "completions": p.nodes,
-                "parallelism": p.nodes,
-                "maxFailedIndexes": p.nodes,
-                "template": {"spec": pod},
-            }
-        },
+    job: dict[str, Any] = {
+        "spec": {
+            "completions": p.nodes,
+            "parallelism": p.nodes,
+            "maxFailedIndexes": p.nodes,
+            "template": {"spec": pod},
+        }
     }
+    _queue_health_job(p, job)
+    spec: dict[str, Any] = {"schedule": health.schedule, "jobTemplate": job}
     if not health.enabled:
         spec["suspend"] = True
     return {
@@ -429,6 +429,26 @@ def _gpu_health_patch(p: ClusterProfile) -> dict[str, Any]:
         "metadata": {"name": "gpu-health", "namespace": "training"},
         "spec": spec,
     }
+
+
+def _queue_health_job(p: ClusterProfile, job: dict[str, Any]) -> None:
+    """Queue the health check's Jobs like any job, at the lowest priority: its pods take
+    whole nodes, and outside the queue they would take them from under admitted runs."""
+    if p.scheduler == "default":
+        return
+    lowest = sorted(p.priorities, key=p.priorities.get)[0]
+    if p.scheduler == "kueue":
+        job["metadata"] = {
+            "labels": {QUEUE_LABEL: p.queue, PRIORITY_LABEL: lowest},
+            # Partial admission: the nodes the quota has free now are checked, rather
+            # than none until every node is free at once (Kueue's sample-job-partial-
+            # admission.yaml, v0.19.2).
+            "annotations": {"kueue.x-k8s.io/job-min-parallelism": "1"},
+        }
+        return
+    template = job["spec"]["template"]
+    template["metadata"] = {"annotations": {VOLCANO_QUEUE: p.queue}}
+    template["spec"].update(schedulerName="volcano", priorityClassName=lowest)
 
 
 def preflight_base(p: ClusterProfile) -> str:

@@ -18,12 +18,17 @@ from typing import Any
 from trainops.errors import InputError
 from trainops.profile.model import ClusterProfile
 from trainops.profile.teams import Team
-from trainops.profile.tenancy import PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL, default_priority
+from trainops.profile.tenancy import (
+    PRIORITY_LABEL,
+    QUEUE_LABEL,
+    TEAM_LABEL,
+    VOLCANO_QUEUE,
+    default_priority,
+)
 from trainops.profile.topology import MODES, PREFERRED, REQUIRED, level
 
 TEAMS_DIR = "teams"
 PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
-VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
 RUNTIME_PATCH_MANAGER = "trainops.dev/team"
 # The pod templates of each template's job, as JSON pointers.
 POD_TEMPLATES = {
@@ -76,6 +81,25 @@ def scope_ops(
     if scope.topology:
         ops += _topology_ops(profile, template, scope.topology)
     return ops
+
+
+def plain_job_scope(profile: ClusterProfile, scope: RunScope) -> dict[str, dict[str, str]]:
+    """What puts a run's batch Job (its data preparation) in the run's queue at the run's
+    priority, as the admission gate asks of every job: the Job's labels, its pod
+    template's annotations and pod spec fields."""
+    team = _team(profile, scope.team)
+    labels = {TEAM_LABEL: team.name} if team else {}
+    queue = team.queue if team else profile.queue
+    out: dict[str, dict[str, str]] = {"labels": labels, "annotations": {}, "pod": {}}
+    if profile.scheduler == "default":
+        return out
+    priority = scope.priority or default_priority(profile, team)
+    if profile.scheduler == "kueue":
+        labels.update({QUEUE_LABEL: queue, PRIORITY_LABEL: priority})
+    else:
+        out["annotations"] = {VOLCANO_QUEUE: queue}
+        out["pod"] = {"schedulerName": "volcano", "priorityClassName": priority}
+    return out
 
 
 def _team(profile: ClusterProfile, name: str | None) -> Team | None:

@@ -25,7 +25,7 @@ from typing import Any
 from trainops.errors import InputError
 from trainops.profile.model import ClusterProfile
 from trainops.profile.overlay import templates
-from trainops.profile.run_scope import RunScope, run_path, scope_ops
+from trainops.profile.run_scope import RunScope, plain_job_scope, run_path, scope_ops
 from trainops.yamlio import dump
 
 TEMPLATES = {
@@ -285,7 +285,8 @@ def generate_run(profile: ClusterProfile, name: str, options: RunOptions) -> dic
     files = {}
     if prepare is not None and dataset is not None:
         doc["resources"].append("prepare.yaml")
-        files["prepare.yaml"] = _prepare_job(name, dataset, prepare, run_image)
+        queueing = plain_job_scope(profile, options.scope)
+        files["prepare.yaml"] = _prepare_job(name, dataset, prepare, run_image, queueing)
     if options.scope.team:
         doc["namespace"] = options.scope.team
     if image and kind != "TrainJob":
@@ -384,9 +385,12 @@ def _wait_ops(shape: _Shape, dataset: Dataset, run: str, image: str) -> list[dic
     return ops
 
 
-def _prepare_job(run: str, dataset: Dataset, command: list[str], image: str) -> str:
+def _prepare_job(
+    run: str, dataset: Dataset, command: list[str], image: str, queueing: dict[str, dict]
+) -> str:
     """One Job per run writes the dataset; Argo CD applies the run's job after it succeeds
-    (sync wave -1), and the ranks' init containers wait for its marker file."""
+    (sync wave -1), and the ranks' init containers wait for its marker file. It queues
+    as the run does (`queueing`, from `plain_job_scope`)."""
     marker = dataset.marker(run)
     script = f'"$@" && mkdir -p {dataset.path}/{PREPARED_DIR} && touch {marker}'
     labels = {"app.kubernetes.io/part-of": "trainops", "trainops.dev/shape": "prepare"}
@@ -396,14 +400,18 @@ def _prepare_job(run: str, dataset: Dataset, command: list[str], image: str) -> 
         "metadata": {
             "name": f"{run}-prepare",
             "namespace": "training",
-            "labels": labels,
+            "labels": {**labels, **queueing["labels"]},
             "annotations": {"argocd.argoproj.io/sync-wave": "-1"},
         },
         "spec": {
             "backoffLimit": 3,
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {
+                    "labels": labels,
+                    **({"annotations": queueing["annotations"]} if queueing["annotations"] else {}),
+                },
                 "spec": {
+                    **queueing["pod"],
                     "restartPolicy": "Never",
                     "securityContext": {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000},
                     "containers": [

@@ -29,10 +29,14 @@ from trainops.profile.teams import Team
 GPU = "nvidia.com/gpu"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
 TEAM_LABEL = "trainops.dev/team"
 # On every namespace runs may be created in: the admission policy binds to it.
 TENANT_LABEL = "trainops.dev/tenant"
 PARAMS = "trainops-runs"
+# Images the platform runs in its own namespace, whatever registries runs may use:
+# the GPU health check's (base/monitoring/gpu-health).
+PLATFORM_IMAGES = ("nvcr.io/nvidia/cloud-native/dcgm:4.4.2-1-ubuntu22.04",)
 PLATFORM_QUEUE = "training"
 NETWORK = "training-net"
 WAVE = {"argocd.argoproj.io/sync-wave": "-1"}
@@ -186,7 +190,7 @@ def params(p: ClusterProfile, namespace: str, team: Team | None) -> dict[str, An
         "queue": team.queue if team else p.queue,
         "priorities": ",".join(priorities) if p.scheduler != "default" else "",
         "networks": f"{NETWORK},{namespace}/{NETWORK}",
-        "registries": ",".join(p.registries),
+        "registries": ",".join([*p.registries, *([] if team else PLATFORM_IMAGES)]),
     }
     return {
         "apiVersion": "v1",
