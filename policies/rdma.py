@@ -30,13 +30,18 @@ SRIOV_NETWORK_KINDS = ("SriovNetwork", "SriovIBNetwork", "OVSNetwork")
     severity=ERROR,
     source=(
         "https://github.com/NVIDIA/nccl/blob/v2.27.7-1/src/transport/net_ib.cc#L749",
+        # A plugin with no device is disabled; NCCL_NET naming only disabled plugins fails.
+        "https://github.com/NVIDIA/nccl/blob/v2.27.7-1/src/plugin/net.cc#L140-L144",
+        "https://github.com/NVIDIA/nccl/blob/v2.27.7-1/src/plugin/net.cc#L254-L279",
         INJECTOR,
         OPERATOR_CONFIG,
     ),
     title="Pods on an RDMA fabric request an RDMA device",
     why="The Multus annotation gives the pod an interface; the RDMA verbs device comes only "
     "from a device-plugin resource (rdma/..., an SR-IOV VF). Without it NCCL finds no IB "
-    "device and falls back to sockets. The network-resources-injector adds the request of a "
+    "device and falls back to sockets over the pod network, or, where NCCL_NET=IB leaves it "
+    'no other transport, fails to start ("Failed to initialize any NET plugin"). The '
+    "network-resources-injector adds the request of a "
     "network whose NAD names its resource (k8s.v1.cni.cncf.io/resourceName) to the pod's "
     "first container at admission, but only where it runs: the SR-IOV operator deploys it "
     "with SriovOperatorConfig enableInjector: true, which its chart leaves off.",
@@ -44,11 +49,11 @@ SRIOV_NETWORK_KINDS = ("SriovNetwork", "SriovIBNetwork", "OVSNetwork")
     "profile's rdmaResource) in the training container's limits.",
     applies=common.gpu_pod,
     when={
-        "error": "nothing adds the request: no network names a resource, the render's "
-        "SriovOperatorConfig does not enable the injector, or the GPU container is not the "
-        "first one (the injector patches only containers[0])",
-        "warning": "a network names its resource and the render does not say whether the "
-        "network-resources-injector runs",
+        "error": "the container sets NCCL_NET=IB and nothing adds the request: NCCL's init fails",
+        "warning": "otherwise: NCCL runs on sockets (nothing adds the request: no network "
+        "names a resource, the render's SriovOperatorConfig does not enable the injector, or "
+        "the GPU container is not the first one, which the injector patches), or the render "
+        "does not say whether the network-resources-injector runs",
     },
 )
 def resource_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
@@ -73,7 +78,17 @@ def resource_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
                 continue
             if injected:
                 message += " (the injector adds it to the first container only)"
-            yield Violation(message, (*pod.container_path(index), "resources"))
+            if str(env_of(container).get("NCCL_NET", "")).lower() == "ib":
+                yield Violation(
+                    message + ": with NCCL_NET=IB NCCL has no transport left and fails to start",
+                    (*pod.container_path(index), "resources"),
+                )
+                continue
+            yield Violation(
+                message + ": NCCL falls back to sockets over the pod network",
+                (*pod.container_path(index), "resources"),
+                severity=WARNING,
+            )
 
 
 def _network_resource(pod: PodTemplate, ctx: Context) -> str:

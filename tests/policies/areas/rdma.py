@@ -18,10 +18,11 @@ def _operator_config(enable_injector: bool | None) -> dict:
 
 
 def without_rdma_request(
-    injector: bool | None = None, annotated: bool = True
+    injector: bool | None = None, annotated: bool = True, ib_only: bool = False
 ) -> Callable[[], Docs]:
     """The baseline with no RDMA request in the training containers; `injector`: the
-    render's SriovOperatorConfig enableInjector (None: no SriovOperatorConfig)."""
+    render's SriovOperatorConfig enableInjector (None: no SriovOperatorConfig); `ib_only`:
+    NCCL_NET=IB leaves NCCL no socket fallback."""
 
     def build() -> Docs:
         docs = baseline()
@@ -30,6 +31,8 @@ def without_rdma_request(
             spec["containers"][0].setdefault("env", []).append(
                 {"name": "NCCL_IB_HCA", "value": "mlx5"}
             )
+            if ib_only:
+                spec["containers"][0]["env"].append({"name": "NCCL_NET", "value": "IB"})
         if not annotated:
             del docs[0]["metadata"]["annotations"]
         if injector is not None:
@@ -44,5 +47,7 @@ MORE = {
         # the operator's config says the injector is off: nothing adds the request
         (without_rdma_request(injector=False), without_rdma_request(injector=True)),
         (without_rdma_request(annotated=False), baseline),
+        # NCCL_NET=IB: no socket fallback, NCCL's init fails
+        (without_rdma_request(injector=False, ib_only=True), without_rdma_request(injector=True)),
     ],
 }
