@@ -99,6 +99,29 @@ def test_kind_without_schema_is_an_error_unless_ignored(trainops, tmp_path: Path
     assert trainops("validate", "--no-policies", "--skip", "Gadget", str(doc)).code == 0
 
 
+COSCHEDULING_PODGROUP = """\
+apiVersion: scheduling.x-k8s.io/v1alpha1
+kind: PodGroup
+metadata:
+  name: gang
+spec:
+  minMember: {min_member}
+  scheduleTimeoutSeconds: 60
+"""
+
+
+def test_a_kind_of_another_group_is_not_checked_against_a_core_schema(trainops, tmp_path: Path):
+    """Core schema files keep a group's first label only: scheduler-plugins' PodGroup
+    (scheduling.x-k8s.io) is checked against its own CRD, never Kubernetes' scheduling.k8s.io
+    PodGroup types."""
+    good = write(tmp_path / "pg.yaml", COSCHEDULING_PODGROUP.format(min_member=4))
+    run = trainops("validate", "--no-policies", str(good))
+    assert run.code == 0, run.out
+    bad = write(tmp_path / "bad.yaml", COSCHEDULING_PODGROUP.format(min_member=0))
+    run = trainops("validate", "--no-policies", str(bad))
+    assert run.code == 1 and "spec.minMember" in run.out, run.out
+
+
 def test_unsupported_kubernetes_version_is_input_error(trainops, tmp_path: Path):
     doc = write(tmp_path / "cm.yaml", CONFIGMAP.format(name="a"))
     run = trainops("validate", "--no-policies", "--kubernetes-version", "1.12", str(doc))

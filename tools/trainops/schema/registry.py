@@ -135,6 +135,10 @@ class SchemaRegistry:
             path = render_template(template, api_version, kind, self.version, self.strict)
             if core:
                 schema = bundle.load(self.version, self.strict).get(path.removeprefix(_CORE))
+                # File names keep only a group's first label: scheduling.x-k8s.io's
+                # PodGroup is named as scheduling.k8s.io's would be.
+                if schema is not None and not _serves(schema, api_version, kind):
+                    schema = None
             else:
                 schema = self._load(path)
             if schema is None:
@@ -298,3 +302,12 @@ class InputSchemas:
                 location = f"input://{name or kind}"
                 self._compiled[key] = CompiledSchema(validator, converted, None, location, False)
         return self._compiled[key]
+
+
+def _serves(schema: dict[str, Any], api_version: str, kind: str) -> bool:
+    """The core schema is the one Kubernetes serves for this group and kind."""
+    group = api_version.rpartition("/")[0]
+    gvks = schema.get("x-kubernetes-group-version-kind")
+    return isinstance(gvks, list) and any(
+        isinstance(g, dict) and g.get("group", "") == group and g.get("kind") == kind for g in gvks
+    )
