@@ -248,3 +248,31 @@ def test_a_wrapped_watchdog_timeout_after_the_training_loop_names_a_rank_zero_on
     timeout = found["collective-timeout"]
     assert "BROADCAST" in timeout.message and "rank-0-only" in timeout.message
     assert "every rank" in timeout.fix
+
+
+def test_libfabric_refusing_sync_memops_on_a_gpu_buffer_names_the_efa_parameter():
+    """libfabric 1.18-1.19's EFA provider sets SYNC_MEMOPS on every CUDA buffer it registers;
+    the CUDA error it prints is not a MIG instance's."""
+    found = _by_rule(
+        "libfabric:6522:1713524816::core:core:cuda_set_sync_memops():207<warn> Failed to "
+        "perform cuPointerSetAttribute: CUDA_ERROR_NOT_SUPPORTED:operation not supported",
+        "libfabric:6522:1713524816::efa:mr:efa_mr_hmem_setup():254<warn> unable to set memops "
+        "for cuda ptr",
+        "libfabric:6522:1713524816::efa:mr:efa_mr_regattr():1014<warn> Unable to register MR: "
+        "Invalid argument",
+    )
+    assert (
+        "efa-cuda-memops" in found
+        and "FI_EFA_SET_CUDA_SYNC_MEMOPS=0" in found["efa-cuda-memops"].fix
+    )
+    assert "mig-device-unsupported" not in found
+
+
+def test_operation_not_supported_is_read_as_mig_only_where_the_log_shows_mig():
+    error = "RuntimeError: CUDA error: operation not supported"
+    assert "mig-device-unsupported" not in _by_rule(error)
+    mig = _by_rule(
+        "CUDA_VISIBLE_DEVICES=MIG-5f1c2e0a-8d3b-5b8e-9c61-0c2c7f3e9a10",
+        error,
+    )
+    assert "mig-device-unsupported" in mig

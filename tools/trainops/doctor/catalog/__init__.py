@@ -5,6 +5,7 @@ One YAML file per component beside this module:
 - `nccl.yaml`, `aws-ofi-nccl.yaml`: every WARN and user-facing INFO format of NCCL 2.18 on
   and aws-ofi-nccl 1.14 on (`scripts/extract-doctor-messages.py` refreshes formats and
   sources from a clone);
+- `libfabric.yaml`: the EFA provider's warnings that say why GPU memory cannot be used;
 - `torch.yaml`: the error and warning strings of torch.distributed and torch.cuda of the
   pinned torch;
 - `cuda.yaml`: the CUDA runtime and driver error names and their strings;
@@ -34,7 +35,7 @@ from trainops.doctor.limits import literal as exactly
 from trainops.rules import DOCTOR, RuleInfo, register
 
 HERE = Path(__file__).parent
-COMPONENTS = ("nccl", "aws-ofi-nccl", "torch", "cuda", "xid", "errno")
+COMPONENTS = ("nccl", "aws-ofi-nccl", "libfabric", "torch", "cuda", "xid", "errno")
 SEVERITIES = ("error", "warning", "info", "benign", "evidence")
 # Severities that raise a finding; `benign` (healthy systems print it) and `evidence`
 # (version, transport, values read from the environment) never do.

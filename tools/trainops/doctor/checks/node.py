@@ -125,7 +125,13 @@ _GENERIC = ("cuda-fatal", "nccl-out-of-memory", "nccl-invalid-usage", "nccl-inte
 _OWN_CHECKS = ("cuda-driver-too-old", "gpu-ecc", "nvswitch-fabric")
 
 
-def _catalogued_cause(event) -> catalog.Entry | None:
+# "Operation not supported" (CUDA error 801) is MIG's answer to IPC and peer access, and
+# every other component's to anything it cannot do (libfabric's cuPointerSetAttribute):
+# the MIG reading needs the log to show MIG.
+_NEEDS_MIG = "mig-device-unsupported"
+
+
+def _catalogued_cause(event, mig: bool) -> catalog.Entry | None:
     """The specific cause the catalog gives the error: by the CUDA error, by the line, or by
     the error as torch's C10_CUDA_CHECK prints it (`CUDA error: <string>`), which classifies
     the same string wherever another frame printed it (THC's `cuda runtime error (10) : ...`,
@@ -136,8 +142,11 @@ def _catalogued_cause(event) -> catalog.Entry | None:
         catalog.lookup(event.text),
         catalog.lookup(f"CUDA error: {error}") if error else None,
     ):
-        if entry is not None and entry.reported and entry.finding not in _GENERIC:
-            return None if entry.finding in _OWN_CHECKS else entry
+        if entry is None or not entry.reported or entry.finding in _GENERIC:
+            continue
+        if entry.finding == _NEEDS_MIG and not mig:
+            continue
+        return None if entry.finding in _OWN_CHECKS else entry
     return None
 
 
@@ -170,10 +179,11 @@ def cuda_fatal(ctx: Context) -> Iterator[Found]:
     ]
     causes: dict[catalog.Entry, list] = {}
     named = []
+    mig = any("MIG" in e.text for e in ctx.events)
     for e in ctx.of(ev.CUDA_ERROR, ev.CUDA_FAILURE):
         if "ECC" in e.fields["error"].upper() or "insufficient" in e.fields["error"]:
             continue
-        cause = _catalogued_cause(e)  # once per event: two catalog lookups
+        cause = _catalogued_cause(e, mig)  # once per event: two catalog lookups
         if cause is not None:
             causes.setdefault(cause, []).append(e)
             named.append(e)
