@@ -302,15 +302,22 @@ def queue_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
         yield Violation(f"no Volcano Queue {volcano!r}", at)
 
 
+# Kueue's partial admission of batch Jobs (site/static/examples/jobs/
+# sample-job-partial-admission.yaml, v0.19.2).
+MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
+
+
 @resource_rule(
     id="kueue-quota-fits",
     severity=ERROR,
     source="https://github.com/kubernetes-sigs/kueue/blob/v0.19.2/pkg/scheduler/flavorassigner/flavorassigner.go#L1368",
     title="A queued job fits the quota of the ClusterQueue behind its LocalQueue",
     why="Kueue admits a pod set only when one flavor's quota (plus what the queue may borrow "
-    "from its cohort) holds all of it at once: a job that needs more GPUs than its queue can "
-    "ever have stays suspended with 'couldn't assign flavors' and never fails (kueue#4848 "
-    "covers the other half: resources no group covers, see kueue-covers-requests).",
+    "from its cohort) holds all of it at once, and a workload only when all its pod sets fit "
+    "together: a job that needs more GPUs than its queue can ever have (its nominal quota "
+    "plus what its cohort's other queues could lend it) stays suspended with 'couldn't "
+    "assign flavors' and never fails (kueue#4848 covers the other half: resources no group "
+    "covers, see kueue-covers-requests).",
     fix="Send the job to a queue with enough quota, put the queue in a cohort it can borrow "
     "from, or shrink the job.",
     kinds=QUEUED_KINDS,
@@ -324,23 +331,103 @@ def kueue_quota_fits(doc: Document, ctx: Context) -> Iterator[Violation]:
     if cluster is None:
         return
     spec = mapping(cluster.obj.get("spec"))
-    if spec.get("cohort") or spec.get("cohortName"):
-        return  # it may borrow: the cohort's other queues decide
+    cohort = spec.get("cohort") or spec.get("cohortName")
     groups = dicts(spec.get("resourceGroups"))
     at = ("metadata", "labels", KUEUE_LABEL)
-    for pod in ctx.pods(doc):
+    totals: dict[str, Fraction] = {}
+    pods = ctx.pods(doc)
+    sized = all(pod.replicas is not None for pod in pods)
+    for pod in pods:
         if pod.replicas is None:
             continue
         for resource, per_pod in sorted(kueue_requests(pod).items()):
+            need = per_pod * _fewest_admitted(doc, pod.replicas)
+            totals[resource] = totals.get(resource, Fraction(0)) + need
             most = _largest_quota(groups, resource)
-            need = per_pod * pod.replicas
-            if most is not None and need > most:
+            if not cohort and most is not None and need > most:
                 yield Violation(
                     f"{pod.role} needs {_show(need)} {resource} at once; ClusterQueue "
                     f"{cluster.name} has at most {_show(most)} in one flavor and no cohort "
                     "to borrow from: the workload is never admitted",
                     at,
                 )
+    # Kueue admits the workload's pod sets together: their sum must fit what the queue
+    # can ever hold, its own quota plus what its cohort could lend it. One pod set without
+    # a cohort was judged above.
+    if not sized or (not cohort and len(pods) == 1):
+        return
+    where = f"with what cohort {cohort} could lend" if cohort else "and no cohort to borrow from"
+    for resource, need in sorted(totals.items()):
+        most = _queue_capacity(cluster, resource, str(cohort or ""), ctx)
+        if most is not None and need > most:
+            yield Violation(
+                f"the workload needs {_show(need)} {resource} at once; ClusterQueue "
+                f"{cluster.name} can hold at most {_show(most)} {where}: the workload is "
+                "never admitted",
+                at,
+            )
+
+
+def _fewest_admitted(doc: Document, replicas: int) -> int:
+    """The fewest pods Kueue may admit the pod set with: a batch Job's (or a CronJob's job
+    template's) kueue.x-k8s.io/job-min-parallelism allows partial admission down to it."""
+    metadata = doc.metadata
+    if doc.kind == "CronJob":
+        metadata = mapping(mapping(mapping(doc.obj.get("spec")).get("jobTemplate")).get("metadata"))
+    if doc.kind not in ("Job", "CronJob"):
+        return replicas
+    value = str(mapping(metadata.get("annotations")).get(MIN_PARALLELISM, ""))
+    return min(replicas, int(value)) if value.isdigit() and int(value) > 0 else replicas
+
+
+def _queue_capacity(cluster: Document, resource: str, cohort: str, ctx: Context) -> Fraction | None:
+    """The most of `resource` the ClusterQueue could ever be admitted: its nominal quota in
+    every flavor, plus, in a cohort, what its borrowing limits and the other members'
+    lending limits allow. None where that is unknown (a resource it lists in no flavor,
+    hierarchical Cohort objects whose own quotas the render may not show)."""
+    own = _quotas(cluster, resource)
+    if own is None:
+        return None
+    nominal = sum((q for q, _, _ in own), Fraction(0))
+    if not cohort:
+        return nominal
+    if ctx.of_kind("Cohort"):
+        return None
+    limits = [b for _, b, _ in own]
+    borrowable = None if any(b is None for b in limits) else sum(limits, Fraction(0))
+    lent = Fraction(0)
+    for other in ctx.of_kind("ClusterQueue"):
+        other_spec = mapping(other.obj.get("spec"))
+        if other is cluster or (other_spec.get("cohort") or other_spec.get("cohortName")) != cohort:
+            continue
+        for quota, _, lending in _quotas(other, resource) or ():
+            lent += quota if lending is None else min(quota, lending)
+    return nominal + (lent if borrowable is None else min(lent, borrowable))
+
+
+def _quotas(
+    cluster: Document, resource: str
+) -> list[tuple[Fraction, Fraction | None, Fraction | None]] | None:
+    """(nominal quota, borrowing limit, lending limit) of `resource` in each flavor."""
+    found = []
+    for group in dicts(mapping(cluster.obj.get("spec")).get("resourceGroups")):
+        for flavor in dicts(group.get("flavors")):
+            for entry in dicts(flavor.get("resources")):
+                if entry.get("name") != resource:
+                    continue
+                quota = quantity.parse(entry.get("nominalQuota"))
+                if quota is None:
+                    return None
+                borrow = entry.get("borrowingLimit")
+                lend = entry.get("lendingLimit")
+                found.append(
+                    (
+                        quota,
+                        quantity.parse(borrow) if borrow is not None else None,
+                        quantity.parse(lend) if lend is not None else None,
+                    )
+                )
+    return found or None
 
 
 def kueue_requests(pod: PodTemplate) -> dict[str, Fraction]:

@@ -593,3 +593,25 @@ def test_a_team_runs_data_preparation_queues_as_the_run_does(trainops, shared, c
         assert prepare["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "vision"
     else:
         assert prepare["spec"]["template"]["spec"]["schedulerName"] == "volcano"
+
+
+def test_a_team_run_larger_than_all_its_cohort_can_lend_is_never_admitted(trainops, shared):
+    """Kueue admits a workload's pod sets together, borrowing only what the cohort's other
+    queues could lend: 12 nodes of GPUs exceed the 11 the quotas hand out (one is spare)."""
+    refused = trainops("new-run", "gpu-east", "huge-0412", "--nodes", "12", cwd=shared)
+    assert refused.code == 2 and "the queues hand out 11 of the cluster's 12" in refused.err
+    made = trainops("new-run", "gpu-east", "huge-0412", "--team", "vision", "--nodes", "11",
+                    cwd=shared)  # fmt: skip
+    assert made.code == 0, made.err
+    run = "overlays/gpu-east/teams/vision/runs/huge-0412"
+    kustomization = shared / run / "kustomization.yaml"
+    text = kustomization.read_text()
+    # One more Worker than the 11 usable nodes: 12 pods of 8 GPUs.
+    grown = re.sub(r"(Worker/replicas\n\s+value: )10\n", r"\g<1>11\n", text)
+    assert grown != text, text
+    kustomization.write_text(grown)
+    try:
+        too_big = [f for f in errors(trainops, shared, run) if f["rule"] == "kueue-quota-fits"]
+    finally:
+        shutil.rmtree(shared / run)
+    assert too_big and "could lend" in too_big[0]["message"], too_big

@@ -9,9 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.policies.fixtures import (
+    ALL_COVERED,
     NAMESPACE,
     Docs,
     baseline,
+    cluster_queue,
     edit,
     job,
     jobset,
@@ -432,7 +434,25 @@ FIXTURES: dict[str, Pair] = {
     "volcano-queue-leaf": (_volcano_tree("research"), _volcano_tree("vision")),
 }
 
+
+def _in_cohort(lent: str) -> Callable[[], Docs]:
+    """The job's ClusterQueue (16 GPUs) in a cohort whose other queue holds `lent` GPUs:
+    Kueue admits the workload's pod sets together, borrowing at most what the cohort lends."""
+
+    def build() -> Docs:
+        docs = copy.deepcopy(baseline())
+        ours = cluster_queue(ALL_COVERED, gpus="16")
+        ours["spec"]["cohort"] = "org"
+        theirs = cluster_queue(ALL_COVERED, gpus=lent)
+        theirs["metadata"]["name"] = "research"
+        theirs["spec"]["cohort"] = "org"
+        return [*docs, ours, theirs]
+
+    return build
+
+
 MORE: dict[str, list[Pair]] = {
+    "kueue-quota-fits": [(_in_cohort("8"), _in_cohort("64"))],
     "kueue-topology-annotations": [
         (_worker_annotations(podset_slice_size="4"), _worker_annotations()),
         (

@@ -191,6 +191,12 @@ def generate_run(profile: ClusterProfile, name: str, options: RunOptions) -> dic
     _check_mpi_implementation(profile, template, image, options.mpi_implementation)
     if nodes < 1 or nodes > profile.nodes:
         raise InputError(f"--nodes must be between 1 and the cluster's {profile.nodes} nodes")
+    if profile.scheduler != "default" and nodes > profile.usable_nodes:
+        raise InputError(
+            f"--nodes {nodes}: the queues hand out {profile.usable_nodes} of the cluster's "
+            f"{profile.nodes} nodes (spareNodes: {profile.spareNodes} stay free to replace "
+            "failed ones), so a larger job is never admitted"
+        )
     if template in MASTER_WORKER and nodes < 2:
         raise InputError(
             f"a {template} run needs --nodes >= 2 (one Master plus Workers; Worker replicas 0 "
