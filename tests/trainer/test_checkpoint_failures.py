@@ -16,7 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.conftest import BASE_ARGS, RUN_LIMIT, inspect, launch, trainer_env
+from tests.trainer.conftest import (
+    BASE_ARGS,
+    RUN_LIMIT,
+    inspect,
+    launch,
+    launch_command,
+    trainer_env,
+)
 from trainer.checkpoint import MANIFEST, MAX_MANIFEST_BYTES, verify
 
 
@@ -202,9 +209,44 @@ def full_volume(tmp_path):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def test_a_real_full_volume_fails_every_save_and_training_finishes(full_volume):
+def test_a_real_full_volume_fails_every_save_and_the_run_says_so(full_volume):
     run = launch(*BASE_ARGS, "--max-steps", "10", "--checkpoint-dir", str(full_volume))
-    assert run.code == 0, run.stderr
+    assert run.code == 206, run.stderr  # retried: not "finished" with nothing saved
+    assert "there is no checkpoint: a retry starts over" in run.stderr
     assert [failed["step"] for failed in run.events("checkpoint_failed")] == [5, 10]
     assert all("No space left on device" in f["reason"] for f in run.events("checkpoint_failed"))
     assert run.end["failed_checkpoints"] == 2 and run.end["step"] == 10
+
+
+def test_a_failed_save_of_the_last_step_is_not_a_finished_run(tmp_path):
+    """Training goes on past a failed periodic save, but the last step's save is the
+    result: without it the run exits 206 (retried) and names what a resume gets."""
+    directory = tmp_path / "ckpt"
+    run = launch(*BASE_ARGS, "--checkpoint-dir", str(directory), "--inject-fault", "nospace@30")
+    assert run.code == 206, run.stderr
+    assert "training ended at step 30, but no checkpoint of it could be written" in run.stderr
+    assert "a retry resumes from step-25" in run.stderr
+    assert "exiting 206 (training ended but its last step could not be saved" in run.stderr
+    assert inspect(directory, "--no-params")["step"] == 25
+    resumed = launch(*BASE_ARGS, "--checkpoint-dir", str(directory))
+    assert resumed.code == 0, resumed.stderr
+    assert resumed.events("start")[0]["resumed_from"] == 25
+    assert inspect(directory, "--no-params")["step"] == 30
+
+
+def test_a_file_size_limit_on_the_last_save_is_not_a_finished_run(tmp_path):
+    """A real RLIMIT_FSIZE (prlimit), below a shard's size: every write past it fails
+    (Python ignores SIGXFSZ, so the write returns EFBIG), as under a per-file limit."""
+    directory = tmp_path / "ckpt"
+    command = [
+        "prlimit",
+        f"--fsize={64 << 10}",
+        *launch_command(*BASE_ARGS, "--max-steps", "5", "--checkpoint-dir", str(directory)),
+    ]
+    done = subprocess.run(
+        command, env=trainer_env(), capture_output=True, text=True, timeout=RUN_LIMIT, check=False
+    )
+    assert done.returncode == 206, done.stderr
+    # torch's writer reports the short write in its own words ("unexpected pos").
+    assert "checkpoint of step 5 failed (1 so far)" in done.stderr
+    assert "Traceback" not in done.stderr

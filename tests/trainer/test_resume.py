@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import time
 
 from tests.trainer.conftest import (
     BASE_ARGS,
@@ -104,6 +106,42 @@ def test_eviction_sigterm_to_the_launcher_exits_143_with_a_checkpoint(tmp_path):
     assert process.returncode == 143, stderr.read_text()
     report = inspect(directory, "--no-params")
     assert report["step"] is not None and report["step"] >= 20
+    assert report["step"] % 1000 != 0  # the emergency save, not a periodic one
+
+
+def test_a_sigterm_storm_to_the_launcher_still_exits_143_with_a_checkpoint(tmp_path):
+    """SIGTERM every 5 ms from the eviction until the launcher is gone: the kubelet's,
+    a wrapper's and a preStop hook's signals. The launcher must end with its own code,
+    never by one of them (before, a signal during Python's finalisation did: -15)."""
+    directory = tmp_path / "ckpt"
+    command = launch_command(
+        "--max-steps",
+        "100000",
+        "--checkpoint-interval",
+        "1000",
+        "--checkpoint-dir",
+        str(directory),
+        "--log-interval",
+        "1",
+    )
+    stderr = tmp_path / "stderr"
+    signals = 0
+    with running(command, stderr) as process:
+        lines = 0
+        while lines < 10:
+            line = process.stdout.readline()
+            assert line, stderr.read_text()
+            lines += '"event": "step"' in line
+        while process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):  # it left meanwhile
+                process.send_signal(signal.SIGTERM)
+                signals += 1
+            time.sleep(0.005)
+        process.communicate()
+    assert signals > 1
+    assert process.returncode == 143, stderr.read_text()
+    report = inspect(directory, "--no-params")
+    assert report["step"] is not None and report["step"] >= 10
     assert report["step"] % 1000 != 0  # the emergency save, not a periodic one
 
 

@@ -22,6 +22,7 @@ class ExitCode(IntEnum):
     FAULT = 203  # GPU, driver or NCCL fault (CUDA error, ECC, Xid, NCCL system error)
     RENDEZVOUS = 204  # rendezvous or the c10d store failed (a lost master, the network)
     TRANSIENT = 205  # a failure the run's own patterns call transient
+    UNSAVED = 206  # training ended, but no checkpoint of its last step could be written
     TERMINATED = 143  # SIGTERM (eviction, torchrun restart): state saved, 128 + 15
 
     @property
@@ -44,6 +45,8 @@ EXIT_CODE_DOCS = {
     ExitCode.FAULT: "GPU, driver or NCCL fault: retried",
     ExitCode.RENDEZVOUS: "rendezvous or the c10d store failed: retried",
     ExitCode.TRANSIENT: "a failure the run's patterns call transient: retried",
+    ExitCode.UNSAVED: "training ended but its last step could not be saved (a full or failing "
+    "volume): retried from the newest checkpoint",
     ExitCode.TERMINATED: "stopped by SIGTERM (the trainer saves a checkpoint first): retried",
 }
 

@@ -267,8 +267,12 @@ def wait_for_workers(deadline: float) -> bool:
 # -- torchrun workers -----------------------------------------------------------------
 
 
-def run_workers(args: Namespace, patterns: Sequence[Pattern]) -> Ending | None:
-    """torchrun in process; how the workers ended (None: they all succeeded)."""
+def run_workers(args: Namespace, patterns: Sequence[Pattern], stopping: Stopping) -> Ending | None:
+    """torchrun in process; how the workers ended (None: they all succeeded).
+
+    `stopping` holds the signals that came while torch was imported: one of them
+    stops the launch before torchrun starts a worker.
+    """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import run
@@ -289,7 +293,6 @@ def run_workers(args: Namespace, patterns: Sequence[Pattern]) -> Ending | None:
     # the launcher, the pod's PID 1, would otherwise ignore SIGTERM.
     for sig in FORWARDED:
         signal.signal(sig, stop)
-    stopping = Stopping()
     with tempfile.TemporaryDirectory(prefix="trainer-launch-") as scratch:
         report_dir = Path(scratch, "hang")
         # The workers inherit the launcher's environment.
@@ -301,6 +304,12 @@ def run_workers(args: Namespace, patterns: Sequence[Pattern]) -> Ending | None:
         failures = None
         try:
             with warmstart.warm_workers(zygote):
+                if stopping.received:
+                    signum = stopping.received[0]
+                    raise SignalException(
+                        f"signal {signum} before the workers started",
+                        sigval=signal.Signals(signum),
+                    )
                 run(args)
             ending = None
         except ChildFailedError as error:
@@ -435,8 +444,25 @@ def one_thread_per_worker(argv: Sequence[str], environ: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """The launcher's exit code; from here on the pod's signals are ignored.
+
+    Once the code is decided only Python's finalisation is left, and it gives every
+    signal with a Python handler its default action back: a late SIGTERM of a storm
+    (the kubelet, then a wrapper, then a preStop hook) would end the launcher by
+    signal instead of with its code. Ignored signals stay ignored.
+    """
+    code = _launch(sys.argv[1:] if argv is None else argv)
+    for sig in FORWARDED:
+        signal.signal(sig, signal.SIG_IGN)
+    return code
+
+
+def _launch(argv: list[str]) -> int:
     one_thread_per_worker(argv, os.environ)
+    # From the start: the pod's signals are noted, never fatal, until torchrun's own
+    # handling takes over (the launcher is the pod's PID 1, or a wrapper's child).
+    stopping = Stopping()
+    stopping.install()
     try:
         patterns = [*run_patterns(os.environ), *BUILTIN_PATTERNS]
         budget = budget_for(os.environ)
@@ -445,12 +471,16 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"error: {error}")
         return int(ExitCode.CONFIG)
     ready = os.environ.get(WAIT_FOR_ENV)
-    if ready:
+    if ready and not stopping.received:
         stopped = wait_for_file(Path(ready))
         if stopped is not None:
             return stopped
     if what.torchrun is not None:
-        ending = run_workers(what.torchrun, patterns)
+        ending = run_workers(what.torchrun, patterns, stopping)
+    elif stopping.received:
+        signum = stopping.received[0]
+        _say(f"stopped by signal {signum} before {what.command[0]} started")
+        return 128 + signum
     else:
         try:
             ending = supervise(what.command, patterns).ending

@@ -65,16 +65,15 @@ def supervise(command: Sequence[str], patterns: Sequence[Pattern]) -> Outcome:
 
     from trainer.workerlogs import LineTail  # imports torch: only when it runs
 
-    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    # Left installed once the command has ended: a signal of a storm that arrives while
+    # its last lines are read is noted and never ends the launcher before its code.
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
     tail = LineTail(sys.stderr.buffer)
     tail.follow_stream(process.stderr)
-    try:
-        status = process.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    tail.wait(time.monotonic() + _TAIL_WAIT)
+    status = process.wait()
     stopped_by = received[0] if received else None
+    tail.wait(time.monotonic() + _TAIL_WAIT)
     if status == 0 and stopped_by is None:
         return Outcome(0, None, None)
     if stopped_by is not None:

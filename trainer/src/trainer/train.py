@@ -557,8 +557,10 @@ class Trainer:
 
     def _finish(self) -> ExitCode:
         self.loader.close()
+        code = ExitCode.OK
         if self.ckpt is not None:
             self.ckpt.close()
+            code = self._last_step_saved()
         self.watchdog.stop()
         memory = self._memory_per_rank()  # of training, before the gather below
         # The whole model on rank 0 (gathered from the shards under FSDP2): a collective.
@@ -580,7 +582,37 @@ class Trainer:
         if self._samples_file:
             self._samples_file.close()
         distributed.shutdown()
-        return ExitCode.OK
+        return code
+
+    def _last_step_saved(self) -> ExitCode:
+        """OK when the last step is published; else UNSAVED, the same on every rank.
+
+        A failed periodic save lets training go on (the next one may succeed); when even
+        the last step's save failed (a full volume, a quota, a file-size limit), what
+        was trained since the newest checkpoint exists nowhere, and exit 0 would say the
+        job is done. Rank 0 publishes checkpoints, so it decides.
+        """
+        step = self.progress.step
+        newest = newest_checkpoint(self.config.checkpoint.directory) if self.rank == 0 else None
+        flag = torch.tensor([int(newest is not None and newest[0] == step)])
+        dist.broadcast(flag, src=0, group=self.ckpt.group)
+        if flag.item():
+            return ExitCode.OK
+        if self.rank == 0:
+            retry = (
+                f"a retry resumes from step-{newest[0]}"
+                if newest is not None
+                else "there is no checkpoint: a retry starts over"
+            )
+            log.error(
+                "training ended at step %d, but no checkpoint of it could be written "
+                "(%d failed saves): exiting %d; %s",
+                step,
+                self.ckpt.failed_saves,
+                ExitCode.UNSAVED,
+                retry,
+            )
+        return ExitCode.UNSAVED
 
     def _memory_per_rank(self) -> list[list[float]]:
         """Each rank's (bytes of parameters, gradients and optimizer state, peak memory)."""
