@@ -19,7 +19,13 @@ from trainer.config import DataConfig, ModelConfig
 from trainer.data import DataSpec, load_dataset
 from trainer.errors import ConfigError
 from trainer.models import Llama, apply_rope, build_model, rope_tables, training_flops_per_sample
-from trainer.pretrained import INDEX, load_tokenizer, load_weights
+from trainer.pretrained import (
+    INDEX,
+    MAX_TOKENIZER_BYTES,
+    MAX_TOKENIZER_PATTERNS,
+    load_tokenizer,
+    load_weights,
+)
 
 SPEC = DataSpec("lm", (16,), vocab_size=50, seq_len=16)
 
@@ -185,6 +191,37 @@ def test_the_tokenizer_sets_the_vocabulary_and_checks_the_data(tmp_path, caplog)
     (tmp_path / "tokenizer.json").write_text('{"model": "not one"}')
     with pytest.raises(ConfigError, match=r"not a tokenizer\.json"):
         load_tokenizer(tmp_path)
+
+
+def hostile_tokenizer(path, model: dict, normalizer: dict | None = None) -> None:
+    document = {"version": "1.0", "added_tokens": [], "normalizer": normalizer, "model": model}
+    # The key "pattern" spelled with a JSON escape, as a file may.
+    path.write_text(json.dumps(document).replace('"escaped-pattern"', r'"patt\u0065rn"'))
+
+
+def test_a_hostile_tokenizer_is_one_config_error_within_bounds(tmp_path):
+    file = tmp_path / "tokenizer.json"
+    # A merge of tokens the vocabulary lacks: the Rust library panics (pyo3's
+    # PanicException, a BaseException), which once escaped as a traceback.
+    merges = ["aaaaaaaaaaa bbbbbbbbbbb"]
+    hostile_tokenizer(file, {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": merges})
+    with pytest.raises(ConfigError, match=r"not a tokenizer\.json"):
+        load_tokenizer(file)
+    # Every pattern is compiled: thousands of them exhaust memory long before the size
+    # cap (the key may be spelled with JSON escapes).
+    replace = {"type": "Replace", "pattern": {"String": "x"}, "content": ""}
+    escaped = {"type": "Replace", "escaped-pattern": {"String": "y"}, "content": ""}
+    normalizers = [replace] * MAX_TOKENIZER_PATTERNS + [escaped]
+    vocab = {"type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"}
+    hostile_tokenizer(file, vocab, {"type": "Sequence", "normalizers": normalizers})
+    with pytest.raises(ConfigError, match=f"{MAX_TOKENIZER_PATTERNS + 1} normalizer and pre-"):
+        load_tokenizer(file)
+    hostile_tokenizer(file, vocab, {"type": "Sequence", "normalizers": [replace] * 8})
+    assert load_tokenizer(file).get_vocab_size() == 1
+    with file.open("r+b") as handle:  # sparse: no disk used
+        handle.truncate(MAX_TOKENIZER_BYTES + 1)
+    with pytest.raises(ConfigError, match=f"larger than {MAX_TOKENIZER_BYTES} bytes"):
+        load_tokenizer(file)
 
 
 def test_llama_trains_on_two_ranks_from_pretrained_weights_on_uint32_shards(tmp_path):

@@ -21,7 +21,12 @@ log = logging.getLogger("trainer")
 
 INDEX = "model.safetensors.index.json"
 MAX_INDEX_BYTES = 16 << 20
-MAX_TOKENIZER_BYTES = 256 << 20
+# Published tokenizer.json files reach about 35 MB (Gemma 3's, 262k tokens).
+MAX_TOKENIZER_BYTES = 64 << 20
+# Every normalizer and pre-tokenizer pattern is compiled to a regular expression of
+# some kilobytes: a file of nothing but patterns takes ~40 times its size in memory.
+# Published tokenizers have a few dozen at most.
+MAX_TOKENIZER_PATTERNS = 1024
 MAX_WEIGHT_FILES = 4096
 # Tensors some checkpoints carry that are recomputed, not learned.
 RECOMPUTED = ("rotary_emb.inv_freq",)
@@ -136,7 +141,35 @@ def load_tokenizer(path: Path):
     if len(data) > MAX_TOKENIZER_BYTES:
         raise ConfigError(f"--tokenizer {file}: larger than {MAX_TOKENIZER_BYTES} bytes")
     try:
-        return Tokenizer.from_str(data.decode("utf-8"))
-    except Exception as error:  # the Rust library raises plain Exception
+        text = data.decode("utf-8")
+        patterns = _count_patterns(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        reason = str(error) if not isinstance(error, RecursionError) else "nested too deeply"
+        raise ConfigError(f"--tokenizer {file}: not a tokenizer.json ({reason})") from None
+    if patterns > MAX_TOKENIZER_PATTERNS:
+        raise ConfigError(
+            f"--tokenizer {file}: {patterns} normalizer and pre-tokenizer patterns, more than "
+            f"{MAX_TOKENIZER_PATTERNS}: each is compiled to a regular expression"
+        )
+    try:
+        return Tokenizer.from_str(text)
+    except BaseException as error:
+        # The Rust library raises plain Exception, and a panic (a merge naming a token
+        # the vocabulary lacks) as pyo3's PanicException, a BaseException.
+        if isinstance(error, KeyboardInterrupt | SystemExit):
+            raise
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ConfigError(f"--tokenizer {file}: not a tokenizer.json ({reason})") from None
+
+
+def _count_patterns(text: str) -> int:
+    """How many objects of the JSON document hold a "pattern" key (escapes decoded)."""
+    count = 0
+
+    def note(pairs: list[tuple[str, object]]) -> dict:
+        nonlocal count
+        count += any(key == "pattern" for key, _ in pairs)
+        return dict(pairs)
+
+    json.loads(text, object_pairs_hook=note)
+    return count
