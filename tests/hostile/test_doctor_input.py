@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile.harness import assert_handled, run_cli, write
+from tests.hostile.harness import assert_handled, assert_refused, run_cli, write
 
 INIT = "host:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n"
 
@@ -70,3 +70,24 @@ def test_log_lines_never_reach_the_terminal_raw(tmp_path: Path, command: str):
     assert outcome.out
     assert not any(c in outcome.out for c in "\x1b\x07\x9b")
     assert "\\x1b" in outcome.out
+
+
+@pytest.mark.parametrize("shape", ["gzip", "json-looking"])
+def test_work_is_bounded_by_lines_not_only_bytes(tmp_path: Path, monkeypatch, shape: str):
+    """Short lines fit a billion into the byte limit (a 2 MB gzip of newlines or of one
+    letter per line), and each line costs tens of microseconds: the line count is the
+    bound. With the limit lowered, input past it is refused, naming where."""
+    monkeypatch.setattr("trainops.doctor.sources.MAX_LINES", 1_000)
+
+    def doctor_on(letters: int):
+        body = INIT.encode() + b"a\n" * letters
+        if shape == "gzip":
+            write(tmp_path / "short.log.gz", gzip.compress(body))
+        else:  # read whole as a possible Flight Recorder dump, split into lines after
+            write(tmp_path / "short.log", b"{\n" + body)
+        return run_cli("doctor", "nccl", ".", cwd=tmp_path)
+
+    assert_refused(doctor_on(1_100), "more than 1,000 lines in all")
+    within = doctor_on(500)
+    assert_handled(within)
+    assert within.code != 2, within.err

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 
 MAX_INPUT_BYTES = 1 << 30  # every input together, after decompression
 MAX_LINE_BYTES = 4 << 20  # one line; /dev/zero is one endless line
+# Lines of every input together: what bounds the work (tens of microseconds a line),
+# since short lines (a gzip of newlines) fit a billion into MAX_INPUT_BYTES.
+MAX_LINES = 10_000_000
 MAX_JSON_BYTES = 256 << 20  # one Flight Recorder dump
 MAX_WINDOW = 4096  # the most characters any one pattern call examines
 MAX_PROCESSES = 50_000  # distinct processes or ranks one diagnosis tracks

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from trainops.doctor.limits import MAX_INPUT_BYTES, MAX_JSON_BYTES, MAX_LINE_BYTES
+from trainops.doctor.limits import MAX_INPUT_BYTES, MAX_JSON_BYTES, MAX_LINE_BYTES, MAX_LINES
 from trainops.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -46,15 +46,31 @@ Source = LogStream | FlightRecorderDump
 
 
 class _Meter:
-    """Bytes read from every input of one run."""
+    """Bytes and lines read from every input of one run."""
 
     def __init__(self) -> None:
         self.total = 0
+        self.lines = 0
 
     def add(self, count: int, name: str, line: int) -> None:
         self.total += count
+        self.lines += 1
         if self.total > MAX_INPUT_BYTES:
             raise InputError(f"input larger than {MAX_INPUT_BYTES >> 20} MiB in all", name, line)
+        self._check_lines(name, line)
+
+    def add_lines(self, count: int, name: str) -> None:
+        self.lines += count
+        self._check_lines(name, None)
+
+    def _check_lines(self, name: str, line: int | None) -> None:
+        if self.lines > MAX_LINES:
+            raise InputError(
+                f"more than {MAX_LINES:,} lines in all: pass the part of the logs around "
+                "the failure",
+                name,
+                line,
+            )
 
 
 def _lines(handle: BinaryIO, name: str, meter: _Meter) -> Iterator[str]:
@@ -111,6 +127,7 @@ def _maybe_dump(handle, name: str, meter: _Meter) -> Source:
         data = None
     if isinstance(data, dict) and isinstance(data.get("entries"), list):
         return FlightRecorderDump(name, data)
+    meter.add_lines(body.count(b"\n"), name)  # before splitting: a list per line
     text = body.decode("utf-8", errors="replace").splitlines()
     for number, line in enumerate(text, 1):
         if len(line) > MAX_LINE_BYTES:
