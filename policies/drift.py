@@ -17,7 +17,10 @@ from trainops.render.discover import display_path
     why="Every file of a cluster overlay but cluster.yaml is derived from it. A hand edit, a "
     "merge that kept one side of a generated file, or an edit killed half-way leaves an "
     "overlay that no longer matches its profile: the next `trainops set` silently reverts "
-    "it, and what the profile says (nodes, fabric, NCCL) is not what Argo CD syncs.",
+    "it, and what the profile says (nodes, fabric, NCCL) is not what Argo CD syncs. The "
+    "same holds for argocd/projects.yaml: an AppProject without the cluster's destinations "
+    "makes Argo CD refuse its applications (a new-cluster killed after writing the overlay "
+    "leaves exactly that).",
     fix="Put the change in cluster.yaml and run `trainops set CLUSTER` (no assignment "
     "regenerates the overlay), then review the diff it prints.",
     source="docs/overlays.md#what-the-generator-derives",
@@ -29,9 +32,22 @@ def profile_drift(ctx: Context) -> Iterator[tuple[Document | None, Violation]]:
     if not (directory / "cluster.yaml").is_file() or directory.parent.name != "overlays":
         return
     # The generator (and ruamel.yaml with it) is imported only for a cluster overlay.
-    from trainops.profile.writer import plan_overlay
+    from trainops.profile.writer import PROJECTS, missing_destinations, plan_overlay
 
-    for change in plan_overlay(directory.parent.parent, directory.name, ctx.profile):
+    root = directory.parent.parent
+    missing: dict[str, list[str]] = {}
+    for project, namespace in missing_destinations(root, ctx.profile):
+        missing.setdefault(project, []).append(namespace)
+    for project, namespaces in missing.items():
+        yield (
+            None,
+            Violation(
+                f"{PROJECTS}: project {project} does not let cluster {directory.name} be deployed "
+                f"to ({', '.join(namespaces)}): Argo CD refuses those applications; "
+                f"`trainops set {directory.name}` writes it"
+            ),
+        )
+    for change in plan_overlay(root, directory.name, ctx.profile):
         shown = display_path(change.path)
         if change.old is None:
             message = f"{shown} is missing: cluster.yaml generates it"

@@ -185,6 +185,32 @@ def test_set_killed_at_any_write_is_detected_and_completed_by_running_it_again(
     assert "unchanged" in run_cli("set", "lab-tcp", cwd=workspace).out
 
 
+def test_new_cluster_killed_before_its_project_is_reported_and_completed(workspace: Path):
+    """Killed after the overlay is renamed into place, before argocd/projects.yaml is
+    written: Argo CD would refuse every application of the cluster, so validate says so
+    and names the edit that completes it."""
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLER, *NEW_CLUSTER],
+        cwd=workspace,
+        env={**os.environ, "KILL_AT": "0", "TRAINOPS_CACHE_DIR": str(workspace / ".c")},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert killed.returncode == 137, killed.stderr
+    assert (workspace / "overlays/gpu-west/cluster.yaml").is_file()
+    assert "gpu-west" not in (workspace / "argocd/projects.yaml").read_text()
+    validate = run_cli("validate", "--no-cache", "overlays/gpu-west", cwd=workspace)
+    assert_handled(validate)
+    assert validate.code == 1, validate.out
+    drift = [line for line in validate.out.splitlines() if "[profile-drift]" in line]
+    assert len(drift) == 3, drift  # one per project: platform, add-ons, runs
+    assert all("`trainops set gpu-west` writes it" in line for line in drift)
+    assert run_cli("set", "gpu-west", cwd=workspace).code == 0
+    validate = run_cli("validate", "--no-cache", "overlays/gpu-west", cwd=workspace)
+    assert "[profile-drift]" not in validate.out, validate.out
+
+
 @pytest.mark.parametrize(
     ("edit", "words"),
     [

@@ -277,6 +277,44 @@ def plan_set(root: Path, name: str, assignments: list[Assignment]) -> list[FileC
     return changes + plan_projects(root, profile)
 
 
+def missing_destinations(root: Path, profile: ClusterProfile) -> list[tuple[str, str]]:
+    """(project, namespace) pairs argocd/projects.yaml generates for `profile`'s cluster
+    but does not hold: a new-cluster killed after the overlay, or a hand edit.
+
+    Argo CD refuses to sync an Application whose destination its project does not
+    permit, so the cluster's platform and runs never arrive."""
+    from trainops.config import load_project_config
+    from trainops.yamlio import load_documents
+
+    path = root / PROJECTS
+    if not path.is_file():
+        return []
+
+    def destinations(text: str, where: str) -> dict[str, set[tuple[str, str]]]:
+        held: dict[str, set[tuple[str, str]]] = {}
+        for document in load_documents(text, where):
+            project = document.obj
+            if not isinstance(project, dict) or project.get("kind") != "AppProject":
+                continue
+            name = str((project.get("metadata") or {}).get("name"))
+            entries = (project.get("spec") or {}).get("destinations") or []
+            held[name] = {
+                (str(entry.get("name")), str(entry.get("namespace")))
+                for entry in entries
+                if isinstance(entry, dict)
+            }
+        return held
+
+    wanted = destinations(render_projects(load_project_config(root).repo_url, [profile]), "")
+    held = destinations(path.read_text(), str(path))
+    return [
+        (project, namespace)
+        for project, pairs in sorted(wanted.items())
+        for cluster, namespace in sorted(pairs)
+        if cluster == profile.name and (cluster, namespace) not in held.get(project, set())
+    ]
+
+
 def plan_projects(root: Path, edited: ClusterProfile | None = None) -> list[FileChange]:
     """argocd/projects.yaml and the runs ApplicationSets for the clusters under overlays/
     (`edited` replacing its own profile, or joining them when it is a new cluster)."""
