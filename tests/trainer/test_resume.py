@@ -6,6 +6,8 @@ import contextlib
 import signal
 import time
 
+import pytest
+
 from tests.trainer.conftest import (
     BASE_ARGS,
     assert_params_close,
@@ -49,17 +51,40 @@ def test_sigkill_on_one_rank_then_relaunch_matches_uninterrupted(baseline, tmp_p
 
 
 def test_sigkill_at_four_ranks_then_relaunch_matches_to_round_off(baseline, tmp_path):
-    """Four ranks of 8 samples: the baseline's global batch of 32, summed in another order."""
+    """Four ranks of 8 samples resume to what four uninterrupted ranks reach, on the
+    baseline's samples: its global batch of 32, summed in another order.
+
+    The parameters are compared with the uninterrupted four-rank run, not with the
+    two-rank baseline: over 30 steps AdamW turns the round-off of another summing order
+    into normalised updates of elements whose gradient is mostly round-off (layers.4.weight
+    ended 1.3e-4 apart in norm), so only the losses carry the comparison with the baseline.
+    """
+    args = (*BASE_ARGS, "--batch-size", "8")
+    uninterrupted = launch(*args, "--checkpoint-dir", str(tmp_path / "whole"), nproc=4)
+    assert uninterrupted.code == 0, uninterrupted.stderr
     directory = tmp_path / "ckpt"
-    args = (*BASE_ARGS, "--batch-size", "8", "--checkpoint-dir", str(directory))
-    killed = launch(*args, "--inject-fault", "sigkill@12:rank=1", nproc=4)
+    killed = launch(
+        *args, "--checkpoint-dir", str(directory), "--inject-fault", "sigkill@12:rank=1", nproc=4
+    )
     assert killed.code >= 128, killed.stderr
-    resumed = launch(*args, nproc=4)
+    resumed = launch(*args, "--checkpoint-dir", str(directory), nproc=4)
     assert resumed.code == 0, resumed.stderr
-    assert resumed.events("start")[0]["resumed_from"] <= 12
+    resumed_from = resumed.events("start")[0]["resumed_from"]
+    assert resumed_from <= 12
     assert resumed.end["consumed_samples"] == 30 * 32
-    expected = load_offline(baseline[0] / "step-30")["model"]
-    assert_params_close(load_offline(directory / "step-30")["model"], expected)
+    assert_params_close(
+        load_offline(directory / "step-30")["model"],
+        load_offline(tmp_path / "whole" / "step-30")["model"],
+    )
+    # The same samples as the baseline: each logged loss (the mean of the 5 steps up to
+    # it) within 1e-5 of its own; float32 round-off left them under 1e-6 apart, another
+    # seed's samples move them by 1e-2. A resumed run's first window is partial.
+    expected = {s["step"]: s["loss"] for s in baseline[1].events("step")}
+    for run, after in ((uninterrupted, 0), (resumed, resumed_from + 5)):
+        losses = {s["step"]: s["loss"] for s in run.events("step") if s["step"] >= after}
+        assert 30 in losses and set(losses) <= set(expected)
+        for step, loss in losses.items():
+            assert loss == pytest.approx(expected[step], rel=1e-5), f"step {step}"
 
 
 def test_sigterm_saves_the_current_step_and_resumes_identically(baseline, tmp_path):
