@@ -286,3 +286,26 @@ def test_a_required_property_with_a_default_is_filled_in_not_missing():
     validator = jsonschema_rs.validator_for(convert(schema, strict=True))
     assert validator.is_valid({"groupName": "g"})
     assert not validator.is_valid({"maxReplicas": 2})  # groupName has no default
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("group: example.com", "group: ../../victim"),
+        ("group: example.com", "group: example.com/../../victim"),
+        ("kind: Widget", "kind: x/../../victim/config"),
+        ("- name: v1\n", "- name: v1/../../../victim\n"),
+    ],
+)
+def test_names_that_would_leave_the_output_directory_are_refused(trainops, tmp_path, old, new):
+    """Group, kind and version become the file's path: the API server refuses a CRD whose
+    names are not DNS names (apiextensions validation.go), and so does the import."""
+    crd = write(tmp_path / "in" / "crd.yaml", CRD.replace(old, new, 1))
+    victim = write(tmp_path / "victim" / "config.json", "{}")
+    before = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    run = trainops("schemas", "import", str(crd), "-o", str(tmp_path / "in" / "out" / "schemas"))
+    assert run.code == 2, run.out
+    assert "crd.yaml:1:" in run.err and new.split(": ", 1)[-1].strip()[:20] in run.err
+    assert len(run.err.strip().splitlines()) == 1 and "Traceback" not in run.err
+    assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == before
+    assert victim.read_text() == "{}"

@@ -27,6 +27,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from trainops.admission.names import dns1035_label, dns1123_subdomain
+
 JSON_SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
 FILE_TEMPLATE = "{group}/{kind}_{version}{strict}.json"
 VALIDATIONS_TEMPLATE = "{group}/{kind}_{version}.validations.json"
@@ -59,21 +61,43 @@ def served_schemas(crd: dict[str, Any]) -> list[tuple[str, str, str, dict[str, A
     if crd.get("kind") != "CustomResourceDefinition":
         raise NotACRD(f"kind is {crd.get('kind')!r}, not CustomResourceDefinition")
     spec = crd.get("spec") or {}
+    if not isinstance(spec, dict) or not isinstance(spec.get("names") or {}, dict):
+        raise NotACRD("spec and spec.names must be objects")
     group = spec.get("group")
     kind = (spec.get("names") or {}).get("kind")
     if not group or not kind:
         raise NotACRD("spec.group or spec.names.kind is missing")
+    _check_name("spec.group", group, _group_problems)
+    _check_name("spec.names.kind", kind, lambda k: dns1035_label(k.lower()))
     shared = (spec.get("validation") or {}).get("openAPIV3Schema")  # apiextensions v1beta1
     out = []
     versions = spec.get("versions") or [{"name": spec.get("version"), "served": True}]
     for version in versions:
+        if not isinstance(version, dict):
+            raise NotACRD("spec.versions[] must be objects")
         if not version.get("served", True) or not version.get("name"):
             continue
+        _check_name("spec.versions[].name", version["name"], dns1035_label)
         schema = (version.get("schema") or {}).get("openAPIV3Schema") or shared
         if schema is None:
             schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
         out.append((group, kind, version["name"], schema))
     return out
+
+
+def _group_problems(group: str) -> tuple[str, ...]:
+    dotless = () if "." in group else ("should be a domain with at least one dot",)
+    return dotless + dns1123_subdomain(group)
+
+
+def _check_name(field: str, value: object, problems) -> None:
+    """The API server's own checks of the names that become file names (apiextensions-
+    apiserver pkg/apis/apiextensions/validation/validation.go: the group a DNS subdomain
+    with a dot, the version a DNS-1035 label, the kind one in any case): a CRD it would
+    refuse never names a path, so `../x` or `a/b` cannot leave the output directory."""
+    found = problems(value) if isinstance(value, str) else ("must be a string",)
+    if found:
+        raise NotACRD(f"{field} {str(value)[:100]!r}: {'; '.join(found)}")
 
 
 def convert(schema: dict[str, Any], strict: bool) -> dict[str, Any]:
