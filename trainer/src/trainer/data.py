@@ -15,6 +15,7 @@ header is raw uint16, the format of earlier releases.
 from __future__ import annotations
 
 import logging
+import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ SYNTHETIC_VOCAB = 256
 NPY_MAGIC = b"\x93NUMPY"
 TOKEN_DTYPES = (np.dtype(np.uint16), np.dtype(np.uint32))
 MAX_SHARDS = 100_000
+MAX_NPY_HEADER = 10_000  # numpy's own default bound on a header's bytes
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ def synthetic_tokens(count: int, seq_len: int, vocab: int, seed: int) -> TokenDa
 
 
 def load_npz(path: Path) -> ClassificationData:
+    """Arrays x and y of an .npz archive, after their headers show what loading them costs."""
     try:
         archive = np.load(path, allow_pickle=False)
     except FileNotFoundError:
@@ -131,7 +134,12 @@ def load_npz(path: Path) -> ClassificationData:
                 f"{path}: missing array(s) {', '.join(missing)}; expected x (inputs) and "
                 f"y (integer labels), found {', '.join(archive.files) or 'nothing'}"
             )
-        x, y = archive["x"], archive["y"]
+        headers = {key: _npy_header(archive.zip, f"{key}.npy", path) for key in ("x", "y")}
+        _check_npz_cost(path, headers)
+        try:
+            x, y = archive["x"], archive["y"]
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+            raise ConfigError(f"{path}: not a readable .npz archive ({error})") from None
     if x.ndim < 2 or y.ndim != 1 or len(x) != len(y):
         raise ConfigError(
             f"{path}: x must be (N, ...) and y (N,), got x{list(x.shape)} and y{list(y.shape)}"
@@ -145,6 +153,70 @@ def load_npz(path: Path) -> ClassificationData:
     inputs = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
     labels = torch.from_numpy(y.astype(np.int64))
     return ClassificationData(inputs, labels, int(y.max()) + 1)
+
+
+def _npy_header(archive: zipfile.ZipFile, member: str, path: Path) -> tuple[tuple, np.dtype]:
+    """(shape, dtype) from a member's .npy header, read without its data."""
+    try:
+        with archive.open(member) as handle:
+            version = np.lib.format.read_magic(handle)
+            read = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, _fortran, dtype = read(handle, max_header_size=MAX_NPY_HEADER)
+    except KeyError:
+        raise ConfigError(f"{path}: {member} is missing or not an .npy array") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        raise ConfigError(f"{path}: {member} is not a readable .npy array ({error})") from None
+    if dtype.hasobject:
+        raise ConfigError(
+            f"{path}: {member} holds Python objects ({dtype}), which load only by unpickling; "
+            "save numeric arrays"
+        )
+    return tuple(shape), dtype
+
+
+def _check_npz_cost(path: Path, headers: dict[str, tuple[tuple, np.dtype]]) -> None:
+    """Refuse arrays that cannot fit in memory before decompressing them: an .npz of
+    zeros compresses ~1000:1, so a few MB can declare GBs. Each local rank loads its own
+    copy, and x is copied once more as float32."""
+    (x_shape, x_dtype), (y_shape, y_dtype) = headers["x"], headers["y"]
+    x_items, y_items = int(np.prod(x_shape, dtype=object)), int(np.prod(y_shape, dtype=object))
+    needed = x_items * (x_dtype.itemsize + 4) + y_items * (y_dtype.itemsize + 8)
+    ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    available = memory_available()
+    if available is not None and needed * ranks > available:
+        raise ConfigError(
+            f"{path}: x{list(x_shape)} {x_dtype} and y{list(y_shape)} {y_dtype} need "
+            f"{needed / 2**30:.1f} GiB per rank once loaded ({ranks} rank(s) here), more than "
+            f"the {available / 2**30:.1f} GiB of memory available"
+        )
+
+
+def memory_available() -> int | None:
+    """Bytes this process can still allocate: the lower of the node's MemAvailable and
+    what the cgroup's limit leaves (v2 memory.max, v1 memory.limit_in_bytes)."""
+    found = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    for limit, usage in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ):
+        try:
+            found.append(int(Path(limit).read_text()) - int(Path(usage).read_text()))
+        except (OSError, ValueError):  # absent, or "max": no limit
+            continue
+    return min(found) if found else None
 
 
 def open_token_shard(path: Path) -> np.ndarray:
