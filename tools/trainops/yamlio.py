@@ -16,9 +16,9 @@ import contextlib
 import gc
 import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -94,21 +94,28 @@ def read_text(path: str | os.PathLike[str], max_bytes: int = MAX_FILE_BYTES) -> 
     """Read a manifest file as text, refusing binaries and oversized files."""
     shown = str(path)
     try:
-        size = os.stat(path).st_size
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise InputError("no such file or directory", shown) from None
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", shown) from None
-    if size > max_bytes:
-        raise InputError(
-            f"file is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:.0f} MiB limit "
-            "for a manifest (raise it with --max-file-size)",
-            shown,
-        )
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", shown) from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError("not a regular file (a FIFO, socket or device)", shown)
+        if info.st_size > max_bytes:
+            raise InputError(
+                f"file is {info.st_size / 2**20:.1f} MiB, over the {max_bytes / 2**20:.0f} MiB "
+                "limit for a manifest (raise it with --max-file-size)",
+                shown,
+            )
+        try:
+            data = handle.read(max_bytes + 1)
+        except OSError as exc:
+            raise InputError(f"cannot read: {exc.strerror}", shown) from None
+    if len(data) > max_bytes:  # it grew after fstat
+        raise InputError(f"file grew over the {max_bytes / 2**20:.0f} MiB limit", shown)
     return decode(data, shown)
 
 

@@ -123,6 +123,12 @@ class _Walk:
         kfile = kustomization_file(directory)
         if kfile is None:
             raise InputError("directory has no kustomization.yaml", str(directory))
+        real = kfile.resolve()
+        if not self.allowed(real):
+            raise InputError(
+                f"a symbolic link leads to {real}, outside the repository ({self.boundary})",
+                str(kfile),
+            )
         self.graph.kustomizations.append(kfile)
         self.tree(directory, kfile)
         text = read_text(kfile)
