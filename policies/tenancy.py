@@ -23,6 +23,7 @@ JOB_KINDS = (*REPLICA_FIELDS, "TrainJob")
 # ValidatingAdmissionPolicy per team, trainops.profile.admission), as the threat model says.
 TENANCY = "docs/security.md#what-a-run-can-and-cannot-do"
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
+DEFAULT_NETWORK = "v1.multus-cni.io/default-network"  # Multus: replaces the cluster network
 VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
 SCHEDULING = ("spec", "runPolicy", "schedulingPolicy")
 SCHEDULER_LABEL = "trainops.dev/scheduler"  # set by base/components/scheduler/*
@@ -200,11 +201,18 @@ def run_priority_allowed(doc: Document, ctx: Context) -> Iterator[Violation]:
     "define, can put a pod on another team's or the hosts' network; the admission policy "
     "refuses it.",
     fix="Attach training-net (the cluster's network, copied into every team's namespace) and "
-    "nothing else; the template's annotation already does.",
+    "nothing else, and leave v1.multus-cni.io/default-network unset; the template's "
+    "annotation already does.",
     applies=job_pod,
 )
 def network_attachment_approved(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     approved = _list((params(ctx, pod.doc.namespace or "default") or {}).get("networks", ""))
+    if approved and DEFAULT_NETWORK in pod.annotations:
+        yield Violation(
+            f"{DEFAULT_NETWORK}: {str(pod.annotations[DEFAULT_NETWORK])[:100]!r} replaces the "
+            "pod's cluster network with an attachment: a team's pod keeps the platform's",
+            (*pod.path[:-1], "metadata", "annotations", DEFAULT_NETWORK),
+        )
     value = pod.annotations.get(NETWORKS)
     if not approved or value is None:
         return

@@ -262,6 +262,15 @@ VIOLATIONS = {
         ),
         "network-attachment-approved",
     ),
+    "default-network": (
+        lambda text: text.replace(
+            "patches:\n",
+            "patches:\n- target:\n    kind: PyTorchJob\n  patch: |-\n    - op: add\n"
+            "      path: /spec/pytorchReplicaSpecs/Worker/template/metadata/annotations/"
+            "v1.multus-cni.io~1default-network\n      value: kube-system/host-net\n",
+        ),
+        "network-attachment-approved",
+    ),
     "registry": (
         lambda text: (
             text + "images:\n- name: ghcr.io/example-org/trainops-trainer\n"
@@ -440,6 +449,46 @@ SIDE_DOORS = {
         },
         "queue in LocalQueue vision",
     ),
+    # A render is applied by a person or Argo CD, never by a job controller: an owner
+    # reference in it is forged, and the policy checks the object as it checks any other.
+    "pod-claiming-a-job-owner": (
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "side-job-0-abcde",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": "side-job",
+                        "uid": "0c6b0a44-5a3f-4f53-9a3e-6b9d0f0c2a11",
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {**GPU_POD, "initContainers": [{"name": "i", "image": "docker.io/alpine"}]},
+        },
+        "Pod side-job-0-abcde asks for GPUs or RDMA devices outside the queue",
+    ),
+    "job-claiming-a-cronjob-owner": (
+        {
+            **_job({}, {**GPU_POD, "containers": [{"name": "m", "image": "docker.io/x/y"}]}),
+            "metadata": {
+                "name": "side-job",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "CronJob",
+                        "name": "nightly",
+                        "uid": "0c6b0a44-5a3f-4f53-9a3e-6b9d0f0c2a12",
+                        "controller": True,
+                    }
+                ],
+            },
+        },
+        "namespace vision belongs to team vision",
+    ),
     "bare-gpu-pod": (
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "side-pod"}, "spec": GPU_POD},
         "Pod side-pod asks for GPUs or RDMA devices outside the queue",
@@ -513,27 +562,8 @@ def test_every_kind_that_makes_pods_is_refused_outside_the_teams_rules(trainops,
                 },
             },
         },
-        # A job controller's pod was checked as its owner: the operator's own init
-        # container image is not the team's to choose.
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": "side-job-0-abcde",
-                "ownerReferences": [
-                    {
-                        "apiVersion": "batch/v1",
-                        "kind": "Job",
-                        "name": "side-job",
-                        "uid": "0c6b0a44-5a3f-4f53-9a3e-6b9d0f0c2a11",
-                        "controller": True,
-                    }
-                ],
-            },
-            "spec": {**GPU_POD, "initContainers": [{"name": "i", "image": "docker.io/alpine"}]},
-        },
     ],
-    ids=["queued-job", "deployment-without-gpus", "pod-of-a-job"],
+    ids=["queued-job", "deployment-without-gpus"],
 )
 def test_pod_bearing_kinds_within_the_teams_rules_are_admitted(trainops, shared, obj):
     assert _admission_denials(trainops, shared, obj) == []

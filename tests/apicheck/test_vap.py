@@ -10,7 +10,7 @@ import copy
 import pytest
 
 from trainops.admission.vap import PolicySet, guess_resource
-from trainops.profile import admission, tenancy
+from trainops.profile import admission, overlay, tenancy
 from trainops.profile.model import parse_profile
 
 JOB = {
@@ -220,7 +220,7 @@ def cluster(scheduler: str):
 
 
 def platform(profile) -> list[dict]:
-    docs = admission.documents(profile)
+    docs = admission.documents(profile, overlay.job_controllers(profile))
     for team in profile.teams:
         docs.append(
             {
@@ -332,3 +332,68 @@ def test_a_volcano_team_trainjob_must_name_its_queue_in_a_runtime_patch():
         }
     ]
     assert denials(docs, patched) == []
+
+
+def _owned(kind: str) -> list[dict]:
+    return [
+        {
+            "apiVersion": "batch/v1",
+            "kind": kind,
+            "name": "nightly",
+            "uid": "0c6b0a44-5a3f-4f53-9a3e-6b9d0f0c2a11",
+            "controller": True,
+        }
+    ]
+
+
+GPU_JOB_OF_ANY_REGISTRY = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {
+        "name": "nightly-123",
+        "namespace": "vision",
+        "ownerReferences": _owned("CronJob"),
+    },
+    "spec": {
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "m",
+                        "image": "docker.io/someone/miner:1",
+                        "resources": {"limits": {"nvidia.com/gpu": 8}},
+                    }
+                ]
+            }
+        }
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("user", "skipped"),
+    [
+        ("system:serviceaccount:kube-system:cronjob-controller", True),
+        ("system:kube-controller-manager", True),
+        # A person, Argo CD, a team's CI: an owner reference anyone can write proves nothing.
+        ("alice@example.com", False),
+        ("system:serviceaccount:argocd:argocd-application-controller", False),
+        ("system:serviceaccount:vision:ci", False),
+    ],
+)
+def test_an_owner_reference_skips_the_policy_only_for_a_job_controllers_request(user, skipped):
+    """Mocked API server request: the user a request comes from cannot exist offline."""
+    docs = platform(cluster("kueue"))
+    found = [
+        d.message
+        for d in PolicySet(docs).denials(copy.deepcopy(GPU_JOB_OF_ANY_REGISTRY), user=user)
+    ]
+    assert (found == []) == skipped, found
+
+
+def test_the_operators_a_cluster_installs_are_the_controllers_the_policy_trusts():
+    users = overlay.job_controllers(cluster("kueue"))  # trainer: both
+    assert "system:serviceaccount:kubeflow:training-operator" in users
+    assert "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager" in users
+    assert "system:serviceaccount:jobset-system:jobset-controller-manager" in users
+    assert "system:serviceaccount:mpi-operator:mpi-operator" in users

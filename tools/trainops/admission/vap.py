@@ -177,10 +177,16 @@ class PolicySet:
     # -- admission ---------------------------------------------------------------------
 
     def denials(
-        self, obj: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None
+        self,
+        obj: dict[str, Any],
+        operation: str = "CREATE",
+        old: dict[str, Any] | None = None,
+        user: str = OFFLINE_USER["username"],
     ) -> list[Denial]:
-        """Every binding that refuses a request for `obj` (empty: admitted)."""
-        request = self._request(obj, operation)
+        """Every binding that refuses `user`'s request for `obj` (empty: admitted). What
+        a render holds is applied by a person or Argo CD, never by a controller: the
+        default user is neither."""
+        request = self._request(obj, operation, user)
         namespace = _namespace(obj)
         namespace_obj = self._namespace_object(namespace) if namespace else None
         found: list[Denial] = []
@@ -292,7 +298,7 @@ class PolicySet:
             return [o for o in candidates if selector_matches(selector, _labels(o))]
         return []
 
-    def _request(self, obj: dict[str, Any], operation: str) -> dict[str, Any]:
+    def _request(self, obj: dict[str, Any], operation: str, user: str) -> dict[str, Any]:
         group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
         kind = str(obj.get("kind", ""))
         request = {
@@ -300,7 +306,7 @@ class PolicySet:
             "resource": {"group": group, "version": version, "resource": guess_resource(kind)},
             "name": _name(obj),
             "operation": operation,
-            "userInfo": OFFLINE_USER,
+            "userInfo": {**OFFLINE_USER, "username": user},
             "dryRun": False,
         }
         if _namespace(obj):

@@ -46,6 +46,9 @@ from trainops.profile.tenancy import (
 
 POLICY = "trainops-runs"
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
+# Multus replaces the pod's cluster network with the attachment this names
+# (multus-cni v4 pkg/k8sclient/k8sclient.go, docs/how-to-use.md).
+DEFAULT_NETWORK = "v1.multus-cni.io/default-network"
 
 
 # Kinds whose pods the queue admits, by API group; the Kubeflow ones as the profile
@@ -109,13 +112,29 @@ TEMPLATES = (
     "has(object.spec.template) ? [object.spec.template] : "
     "variables.replicas.filter(r, has(r.template)).map(r, r.template)"
 )
-MATCH_CONDITIONS = [
-    (
-        "made-by-no-job-controller",
-        "!has(object.metadata.ownerReferences) || !object.metadata.ownerReferences.exists(o, "
-        f"has(o.controller) && o.controller && o.kind in {_kinds(JOB_OWNERS)})",
-    )
-]
+# Who makes pods and jobs for an owner: kube-controller-manager's job and cronjob
+# controllers (as their own service accounts under --use-service-account-credentials, as
+# kube-controller-manager without it) and the operators the cluster installs.
+KUBE_JOB_CONTROLLERS = (
+    "system:serviceaccount:kube-system:job-controller",
+    "system:serviceaccount:kube-system:cronjob-controller",
+    "system:kube-controller-manager",
+)
+
+
+def _match_conditions(controllers: list[str]) -> list[tuple[str, str]]:
+    """Skip what a job controller made from a template the policy already checked: an
+    owner reference alone proves nothing (anyone may write one, and the garbage collector
+    acts on it only later), so the request must also come from a controller."""
+    users = "[" + ", ".join(f"'{u}'" for u in [*KUBE_JOB_CONTROLLERS, *controllers]) + "]"
+    return [
+        (
+            "made-by-no-job-controller",
+            "!has(object.metadata.ownerReferences) || !object.metadata.ownerReferences.exists("
+            f"o, has(o.controller) && o.controller && o.kind in {_kinds(JOB_OWNERS)}) || "
+            f"!(request.userInfo.username in {users})",
+        )
+    ]
 
 
 def _variables(p: ClusterProfile) -> list[tuple[str, str]]:
@@ -267,6 +286,14 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
             "reason": "Forbidden",
         },
         {
+            "expression": "variables.templates.all(t, !has(t.metadata) || "
+            f"!has(t.metadata.annotations) || !('{DEFAULT_NETWORK}' in t.metadata.annotations)) "
+            "&& variables.patchAnnotations.all(js, js.all(m, "
+            f"!('{DEFAULT_NETWORK}' in m)))",
+            "message": f"pods keep the cluster's default network: no {DEFAULT_NETWORK}",
+            "reason": "Forbidden",
+        },
+        {
             "expression": "variables.containers.all(cs, cs.all(c, has(c.image) && "
             "variables.registries.exists(r, c.image.startsWith(r)))) && "
             "(!has(object.spec.trainer) || !has(object.spec.trainer.image) || "
@@ -291,7 +318,7 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
     return out
 
 
-def documents(p: ClusterProfile) -> list[dict[str, Any]]:
+def documents(p: ClusterProfile, controllers: list[str]) -> list[dict[str, Any]]:
     annotations = {"argocd.argoproj.io/sync-wave": "-1"}
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -301,7 +328,9 @@ def documents(p: ClusterProfile) -> list[dict[str, Any]]:
             "failurePolicy": "Fail",
             "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
             "matchConstraints": {"resourceRules": _resources(p)},
-            "matchConditions": [{"name": n, "expression": e} for n, e in MATCH_CONDITIONS],
+            "matchConditions": [
+                {"name": n, "expression": e} for n, e in _match_conditions(controllers)
+            ],
             "variables": [{"name": n, "expression": e} for n, e in _variables(p)],
             "validations": _validations(p),
         },

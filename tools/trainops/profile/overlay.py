@@ -143,6 +143,26 @@ OPERATOR_NAMESPACES = {
 }
 
 
+# The service account each base/operators directory's job controller runs as (its
+# Deployment's serviceAccountName in the pinned install).
+OPERATOR_CONTROLLERS = {
+    "training-operator": "training-operator",
+    "training-operator-without-mpijob": "training-operator",
+    "mpi-operator": "mpi-operator",
+    "trainer": "kubeflow-trainer-controller-manager",
+    "jobset": "jobset-controller-manager",
+}
+
+
+def job_controllers(p: ClusterProfile) -> list[str]:
+    """The users the cluster's operators create pods and jobs as."""
+    return [
+        f"system:serviceaccount:{OPERATOR_NAMESPACES[name]}:{OPERATOR_CONTROLLERS[name]}"
+        for name in operators(p)
+        if name in OPERATOR_CONTROLLERS
+    ]
+
+
 def operators(p: ClusterProfile) -> list[str]:
     """The directories under base/operators this cluster installs."""
     names = []
@@ -333,7 +353,7 @@ def _admission(p: ClusterProfile) -> str:
         "# The admission gate for runs (trainops.profile.admission): what `trainops\n"
         "# validate` refuses in a run, the API server refuses at `kubectl apply` too.\n"
     )
-    docs = [*admission.documents(p), tenancy.params(p, "training", None)]
+    docs = [*admission.documents(p, job_controllers(p)), tenancy.params(p, "training", None)]
     return _doc(p, *docs, comment=comment)
 
 
