@@ -391,9 +391,30 @@ def test_an_owner_reference_skips_the_policy_only_for_a_job_controllers_request(
     assert (found == []) == skipped, found
 
 
-def test_the_operators_a_cluster_installs_are_the_controllers_the_policy_trusts():
-    users = overlay.job_controllers(cluster("kueue"))  # trainer: both
-    assert "system:serviceaccount:kubeflow:training-operator" in users
-    assert "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager" in users
-    assert "system:serviceaccount:jobset-system:jobset-controller-manager" in users
-    assert "system:serviceaccount:mpi-operator:mpi-operator" in users
+@pytest.mark.parametrize("directory", sorted(overlay.OPERATOR_CONTROLLERS))
+def test_the_controllers_the_policy_trusts_are_the_installs_service_accounts(directory):
+    """Each operator's trusted user is its Deployment's service account, as the pinned
+    install renders it (namespace and name prefixes included)."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.support import REPO
+
+    rendered = subprocess.run(
+        [sys.executable, "-m", "trainops", "render", "--no-cache", f"base/operators/{directory}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    accounts = {
+        f"system:serviceaccount:{d['metadata']['namespace']}:"
+        f"{d['spec']['template']['spec']['serviceAccountName']}"
+        for d in yaml.safe_load_all(rendered)
+        if d and d.get("kind") == "Deployment"
+    }
+    namespace = overlay.OPERATOR_NAMESPACES[directory]
+    trusted = f"system:serviceaccount:{namespace}:{overlay.OPERATOR_CONTROLLERS[directory]}"
+    assert trusted in accounts, accounts
