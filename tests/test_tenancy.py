@@ -489,6 +489,23 @@ SIDE_DOORS = {
         },
         "namespace vision belongs to team vision",
     ),
+    # No GPU request, so no quota counts it, yet the container runtime shows it every GPU.
+    "job-seeing-all-gpus": (
+        _job(
+            QUEUED_LABELS,
+            {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": IMAGE,
+                        "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+                    }
+                ],
+                "restartPolicy": "Never",
+            },
+        ),
+        "NVIDIA_VISIBLE_DEVICES may only be void or none",
+    ),
     "bare-gpu-pod": (
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "side-pod"}, "spec": GPU_POD},
         "Pod side-pod asks for GPUs or RDMA devices outside the queue",

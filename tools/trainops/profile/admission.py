@@ -24,7 +24,9 @@ container) is theirs to choose.
 - its pods attach only the cluster's training network, from their own namespace;
 - its images come from the cluster's registries;
 - its pods take no privilege: the fabric needs none (host namespaces, privileged
-  containers, added capabilities and hostPath volumes are refused).
+  containers, added capabilities and hostPath volumes are refused), and no GPUs but
+  those they request (NVIDIA_VISIBLE_DEVICES is refused unless void or none);
+- its pods keep the cluster's default network (no v1.multus-cni.io/default-network).
 
 The binding denies; `trainops validate` evaluates the same objects offline
 (`trainops.admission.vap`), so a run the API server would refuse fails CI first.
@@ -49,6 +51,7 @@ NETWORKS = "k8s.v1.cni.cncf.io/networks"
 # Multus replaces the pod's cluster network with the attachment this names
 # (multus-cni v4 pkg/k8sclient/k8sclient.go, docs/how-to-use.md).
 DEFAULT_NETWORK = "v1.multus-cni.io/default-network"
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 
 
 # Kinds whose pods the queue admits, by API group; the Kubeflow ones as the profile
@@ -312,6 +315,17 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
             "size(c.securityContext.capabilities.add) == 0))))",
             "message": "training pods take no privilege: no host namespaces, hostPath "
             "volumes, privileged containers or added capabilities (RDMA needs none)",
+            "reason": "Forbidden",
+        },
+        # The NVIDIA container runtime exposes the GPUs this variable lists to any
+        # container that sets it (accept-nvidia-visible-devices-envvar-when-unprivileged,
+        # true by default), whether or not the device plugin gave it any.
+        {
+            "expression": "variables.containers.all(cs, cs.all(c, !has(c.env) || c.env.all(e, "
+            f"e.name != '{VISIBLE_DEVICES}' || (!has(e.valueFrom) && "
+            "(!has(e.value) || e.value in ['', 'void', 'none'])))))",
+            "message": f"containers get GPUs by requesting nvidia.com/gpu: {VISIBLE_DEVICES} may "
+            "only be void or none (the container runtime would expose GPUs given to other pods)",
             "reason": "Forbidden",
         },
     ]
