@@ -77,3 +77,21 @@ def test_full_name_follows_helm_conventions():
     assert full_name("prod-kueue", "kueue", {}) == "prod-kueue"
     assert full_name("queues", "kueue", {}) == "queues-kueue"
     assert full_name("x", "kueue", {"fullnameOverride": "kueue"}) == "kueue"
+
+
+def test_every_cluster_tells_the_toolkit_to_ignore_visible_devices_of_unprivileged_pods():
+    """The chart copies toolkit.env into the ClusterPolicy's toolkit (which sets it on
+    nvidia-ctk-installer), and cdi.enabled, which moves the device plugin to CDI devices so
+    that requested GPUs do not depend on the variable."""
+    from trainops.profile.overlay import TOOLKIT_ENVVAR_WHEN_UNPRIVILEGED
+
+    text = _template("gpu-operator", "templates/clusterpolicy.yaml")
+    assert _guards(text, "env: {{ toYaml .Values.toolkit.env | nindent 6 }}") == [
+        "if .Values.toolkit.env"
+    ]
+    assert "enabled: {{ .Values.cdi.enabled }}" in [line.strip() for line in text.splitlines()]
+    for values_file in sorted(REPO.glob("overlays/*/addons/gpu-operator.yaml")):
+        values = yaml.safe_load(values_file.read_text())
+        assert values["cdi"]["enabled"] is True, values_file
+        env = {e["name"]: e["value"] for e in values["toolkit"]["env"]}
+        assert env[TOOLKIT_ENVVAR_WHEN_UNPRIVILEGED] == "false", values_file

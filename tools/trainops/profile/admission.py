@@ -319,7 +319,8 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
         },
         # The NVIDIA container runtime exposes the GPUs this variable lists to any
         # container that sets it (accept-nvidia-visible-devices-envvar-when-unprivileged,
-        # true by default), whether or not the device plugin gave it any.
+        # true by default), whether or not the device plugin gave it any. The generated
+        # GPU Operator values turn that off; this holds where the runtime is not ours.
         {
             "expression": "variables.containers.all(cs, cs.all(c, !has(c.env) || c.env.all(e, "
             f"e.name != '{VISIBLE_DEVICES}' || (!has(e.valueFrom) && "

@@ -401,6 +401,11 @@ def _scheduler_values(p: ClusterProfile) -> str:
     return _doc(p, values, comment=comment)
 
 
+# nvidia-ctk-installer's environment for the toolkit's
+# accept-nvidia-visible-devices-envvar-when-unprivileged option (container-toolkit v1.18.1,
+# cmd/nvidia-ctk-installer/toolkit/toolkit.go).
+TOOLKIT_ENVVAR_WHEN_UNPRIVILEGED = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
+
 # Tolerated by the GPU Operator's operands: training nodes carry this taint.
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 
@@ -426,6 +431,14 @@ def gpu_operator_values(p: ClusterProfile) -> dict[str, Any]:
             "tolerations": [GPU_TOLERATION],
         },
         "driver": driver,
+        # The container runtime exposes whatever NVIDIA_VISIBLE_DEVICES lists to an
+        # unprivileged container unless the toolkit is told not to (its default is to
+        # accept it): a pod could see every GPU of its node without requesting one.
+        # Requested GPUs arrive as CDI devices (the device plugin's cdi-annotations and
+        # cdi-cri strategies under cdi.enabled), which the variable does not gate; the
+        # operator's own operands that set it are privileged.
+        "cdi": {"enabled": True},
+        "toolkit": {"env": [{"name": TOOLKIT_ENVVAR_WHEN_UNPRIVILEGED, "value": "false"}]},
         # A ServiceMonitor needs the Prometheus Operator's CRD: without it the
         # ClusterPolicy never gets ready. Enable it where that operator runs.
         # The platform's PodMonitor (base/monitoring) scrapes it instead; the counters
