@@ -47,6 +47,31 @@ def test_a_megabyte_line_costs_a_bounded_number_of_pattern_steps(line):
     assert limits.USAGE.characters <= 40 * limits.MAX_WINDOW
 
 
+def test_a_repeated_line_is_read_once_and_still_counted_where_it_appears():
+    """A log that says one thing a million times (a gzip of it is small) costs a lookup a
+    line after the first: the pattern work is that of the distinct lines."""
+    catalog.index()
+    progress = "2026-12-01 10:00:{:02d},123 - INFO - step 7 | loss 2.31"
+    warning = (
+        "node-1:41:60 [0] net_ib.cc:92 NCCL WARN NET/IB : mlx5_0:1 Got async event : port active"
+    )
+    limits.USAGE.reset()
+    once = parse.parse([memory_stream("job.log", [progress.format(0), warning])])
+    work_once = limits.USAGE.calls
+    lines = [progress.format(i % 60) if i % 2 else warning for i in range(20_000)]
+    limits.USAGE.reset()
+    repeated = parse.parse([memory_stream("job.log", lines)])
+    # Cleaning the timestamp off each line is per line; reading what is left is not.
+    assert limits.USAGE.calls <= work_once + 10 * len(lines)
+    cleaning = limits.USAGE.calls
+    limits.USAGE.reset()
+    for line in lines:
+        parse.clean(line)
+    assert cleaning - limits.USAGE.calls <= work_once
+    assert {e.kind for e in repeated} == {e.kind for e in once}
+    assert {1, 2, 3, 4} <= {e.line for e in repeated}
+
+
 def test_the_doctor_runs_regular_expressions_only_through_bounded_patterns():
     package = REPO / "tools" / "trainops" / "doctor"
     users = sorted(

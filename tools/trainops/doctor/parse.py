@@ -34,6 +34,9 @@ _ONCE_PER_PROCESS = (ev.DRIVER, ev.BOOTSTRAP_IFS)
 _RESTART_MARKERS = ("will restart worker group", "Restarting worker group")
 _WRAPPED_TORCH = ("Watchdog caught collective operation timeout:",)
 _WRAP_LINES = 3  # continuation lines a wrapped message may take
+# Distinct cleaned lines whose reading is remembered: logs repeat themselves (and a gzip of
+# one line repeated is small), so a repeated line costs a lookup, not every parser again.
+_KNOWN_LINES = 4096
 # Facts that say only that a line reports something, or that no check reads: the catalog
 # may know what the line means.
 _UNEXPLAINED = frozenset({ev.NCCL_WARN, ev.EXCEPTION, ev.IB_ASYNC, ev.TESTS_FAILURE, ev.OFI})
@@ -195,6 +198,7 @@ def _stream(source: LogStream) -> Iterator[Event]:
     file_rank = _rank_in_name(source.name)
     lines = enumerate(source.open_lines(), 1)
     ahead: list = []  # lines read ahead for a wrapped message and not part of it
+    known: dict[str, tuple] = {}  # what a cleaned line says, for lines that repeat
     while True:
         if ahead:
             number, line = ahead.pop(0)
@@ -206,8 +210,13 @@ def _stream(source: LogStream) -> Iterator[Event]:
         text = line.text
         if not text.strip():
             continue
-        header = nccl_header(text)
-        facts = _facts(text, header)
+        read = known.get(text)
+        if read is None:
+            if len(known) >= _KNOWN_LINES:
+                known.clear()
+            header = nccl_header(text)
+            read = known[text] = (header, _facts(text, header))
+        header, facts = read
         unread = all(kind in (ev.MENTION, ev.ERROR_LINE) for kind, _ in facts)
         if header is None and unread and text.rstrip().endswith(_WRAPPED_TORCH):
             # ProcessGroupNCCL's watchdog message, wrapped by a paste or a terminal after its
