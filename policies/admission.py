@@ -16,7 +16,15 @@ from trainops.policy import EVERY_KIND, Context, Violation, resource_rule
 
 
 def _policies(ctx: Context) -> PolicySet:
-    found = ctx.of_kind(POLICY, BINDING)
+    # A run's own policies, bindings, parameters and namespaces never reach the cluster (its
+    # project syncs only jobs: run-kind-synced), so a run is judged by the platform's alone,
+    # and no expression a run wrote is compiled or evaluated.
+    own = {id(d) for d in ctx.documents} if ctx.is_run else set()
+
+    def platform(*kinds: str) -> list:
+        return [d for d in ctx.of_kind(*kinds) if id(d) not in own]
+
+    found = platform(POLICY, BINDING)
     if not found:
         return PolicySet(())
     kinds = {
@@ -24,7 +32,7 @@ def _policies(ctx: Context) -> PolicySet:
         for d in found
         if d.kind == POLICY and isinstance((d.obj.get("spec") or {}).get("paramKind"), dict)
     }
-    others = ctx.of_kind("Namespace", *sorted(k for k in kinds if k))
+    others = platform("Namespace", *sorted(k for k in kinds if k))
     return PolicySet([d.obj for d in (*found, *others)])
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy import EVERY_KIND, Context, Violation, resource_rule
 from trainops.policy.pods import REPLICA_FIELDS, mapping
+from trainops.profile.projects import RUN_KINDS
 
 SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
 ANNOTATION_LIMIT = 262144  # bytes kubectl's last-applied-configuration annotation may hold
@@ -18,6 +19,37 @@ ANNOTATION_LIMIT = 262144  # bytes kubectl's last-applied-configuration annotati
 def _sync_options(doc: Document) -> set[str]:
     annotations = doc.metadata.get("annotations") or {}
     return {o.strip() for o in str(annotations.get(SYNC_OPTIONS, "")).split(",") if o.strip()}
+
+
+@resource_rule(
+    id="run-kind-synced",
+    severity=ERROR,
+    title="A run holds only the job kinds its Argo CD project syncs",
+    why="Runs sync under projects (trainops-runs, a team's) whose whitelist holds the job "
+    "kinds alone and no cluster-scoped kind. Argo CD checks every object of a sync against "
+    "it before applying any: one other object (a ConfigMap, a policy, a Role) fails it with "
+    '"resource GROUP:KIND is not permitted in project", and nothing of the run is applied. '
+    "Nor can a run change the platform's objects: validate checks a run against the "
+    "platform's policies, parameters and namespaces, not a run's copies of them.",
+    fix="Keep only the job (and its data-preparation Job) in the run; anything else the run "
+    "needs belongs to the platform (overlays/<cluster>/, through cluster.yaml).",
+    kinds=EVERY_KIND,
+    source=(
+        "https://github.com/argoproj/argo-cd/blob/v3.5.1/controller/sync.go#L657-L659",
+        "https://github.com/argoproj/argo-cd/blob/v3.5.1/gitops-engine/pkg/sync/sync_context.go#L1090-L1093",
+    ),
+)
+def run_kind_synced(doc: Document, ctx: Context) -> Iterator[Violation]:
+    if not ctx.is_run:
+        return
+    group = doc.api_version.rpartition("/")[0]
+    if (group, doc.kind) not in RUN_KINDS:
+        allowed = ", ".join(kind for _, kind in RUN_KINDS)
+        yield Violation(
+            f"{doc.kind} ({group or 'core'}) in a run: its Argo CD project syncs only "
+            f"{allowed}, so the sync fails and nothing of the run is applied",
+            ("kind",),
+        )
 
 
 @resource_rule(

@@ -367,6 +367,40 @@ def test_a_platform_run_taking_a_teams_namespace_fails(trainops, shared):
     assert "run-team-namespace" in {f["rule"] for f in found}, found
 
 
+def test_a_run_cannot_replace_the_platforms_parameters_or_policy(trainops, shared):
+    """A run that carries its own trainops-runs ConfigMap (any registry) and its own
+    trainops-runs policy (admit everything) is still checked against the platform's: its
+    project would never sync them, and the cluster keeps the platform's."""
+    run = shared / "overlays/gpu-east/teams/vision/runs/vit-0412"
+    kustomization = run / "kustomization.yaml"
+    text = kustomization.read_text()
+    platform = rendered(trainops, shared, "overlays/gpu-east")
+    own_params = by_kind(platform, "ConfigMap")["vision/trainops-runs"]
+    own_params["data"] = {**own_params["data"], "registries": "docker.io/"}
+    [policy] = [
+        d
+        for d in platform
+        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == "trainops-runs"
+    ]
+    policy["spec"]["validations"] = [{"expression": "true"}]
+    policy["spec"].pop("variables", None)
+    try:
+        (run / "copies.yaml").write_text(yaml.safe_dump_all([own_params, policy]))
+        kustomization.write_text(
+            text.replace("resources:\n", "resources:\n- copies.yaml\n", 1)
+            + "images:\n- name: ghcr.io/example-org/trainops-trainer\n"
+            "  newName: docker.io/evil/miner\n"
+        )
+        found = errors(trainops, shared, "overlays/gpu-east/teams/vision/runs/vit-0412")
+    finally:
+        kustomization.write_text(text)
+        (run / "copies.yaml").unlink()
+    rules = {f["rule"] for f in found}
+    assert {"image-registry-approved", "admission-policy", "run-kind-synced"} <= rules, found
+    kinds = {f["resource"].split("/")[0] for f in found if f["rule"] == "run-kind-synced"}
+    assert kinds == {"ConfigMap", "ValidatingAdmissionPolicy"}, found
+
+
 # -- every kind that makes pods passes the same gate -------------------------------------
 
 GPU_POD = {

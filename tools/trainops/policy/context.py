@@ -43,7 +43,7 @@ class Context:
         # Whether exemption annotations may silence security rules here (set by evaluate).
         self.annotations_trusted = False
         with cycle_collection_paused():
-            self._index = RenderIndex(documents, platform)
+            self._index = RenderIndex(documents, platform, platform_wins=self.is_run)
         self._pods: dict[int, list[PodTemplate]] = {}
 
     def pods(self, doc: Document) -> list[PodTemplate]:

@@ -22,11 +22,22 @@ CRD = "CustomResourceDefinition"
 class RenderIndex:
     """Documents of a render keyed every way rules look them up."""
 
-    def __init__(self, documents: Iterable[Document], platform: Iterable[Document] = ()):
+    def __init__(
+        self,
+        documents: Iterable[Document],
+        platform: Iterable[Document] = (),
+        platform_wins: bool = False,
+    ):
         self.documents = list(documents)  # the target's own: what the engine checks
         self.everything = self.documents
         platform = list(platform)
-        if platform:
+        if platform_wins:
+            # A run cannot change the cluster's objects (its project syncs only jobs), so
+            # lookups see the platform's policy, parameters and namespaces, never a run's
+            # object of the same kind and name.
+            theirs = {doc.resource_id for doc in platform}
+            self.everything = platform + [d for d in self.documents if d.resource_id not in theirs]
+        elif platform:
             own = {doc.resource_id for doc in self.documents}
             self.everything = self.documents + [d for d in platform if d.resource_id not in own]
         self._by_kind: dict[str, list[Document]] = defaultdict(list)
