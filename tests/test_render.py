@@ -14,6 +14,11 @@ from tests.support import write
 from trainops.render.remote import parse_remote
 
 CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  k: v\n"
+RUN_JOB = (
+    "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: run\nspec:\n  template:\n"
+    "    spec:\n      restartPolicy: Never\n      containers:\n      - name: main\n"
+    "        image: ghcr.io/example-org/prep:1.0.0\n"
+)
 
 
 @pytest.fixture
@@ -37,7 +42,8 @@ def tree(tmp_path: Path) -> Path:
         root / "overlays" / "lab" / "runs" / "r1" / "kustomization.yaml",
         "resources:\n- cm.yaml\n",
     )
-    write(root / "overlays" / "lab" / "runs" / "r1" / "cm.yaml", CM.format(name="run"))
+    # A run holds job kinds only (run-kind-synced): a batch Job.
+    write(root / "overlays" / "lab" / "runs" / "r1" / "cm.yaml", RUN_JOB)
     write(root / "loose" / "a.yaml", "# leading comment\n\n" + CM.format(name="loose"))
     return root
 
