@@ -60,6 +60,31 @@ def test_discovery_renders_kustomizations_and_loose_files_only(trainops, tree: P
     assert records[0]["object"]["metadata"]["labels"] == {"fabric": "tcp"}
 
 
+def test_a_line_that_only_looks_like_a_component_kind_keeps_the_run_a_target(trainops, tree):
+    # The kind is read from the parsed file: a quoted string's continuation line reading
+    # "kind: Component" does not make the run a component that validate skips.
+    write(
+        tree / "overlays" / "lab" / "runs" / "r1" / "kustomization.yaml",
+        'resources:\n- cm.yaml\ncommonAnnotations:\n  note: "first\nkind: Component\n    last"\n',
+    )
+    run = trainops("render", "--format", "json", "overlays", cwd=tree)
+    assert run.code == 0, run.err
+    assert ("overlays/lab/runs/r1", "run") in [
+        (r["source"], r["object"]["metadata"]["name"]) for r in json.loads(run.out)
+    ]
+
+
+def test_a_run_directory_without_a_kustomization_renders_as_argo_cd_syncs_it(trainops, tree):
+    # Argo CD syncs such a directory's own manifests (a directory source, not recursive).
+    write(tree / "overlays" / "lab" / "runs" / "plain" / "job.yaml", RUN_JOB)
+    write(tree / "overlays" / "lab" / "runs" / "plain" / "deeper" / "x.yaml", CM.format(name="x"))
+    run = trainops("render", "--format", "json", "overlays", cwd=tree)
+    assert run.code == 0, run.err
+    sources = [(r["source"], r["object"]["metadata"]["name"]) for r in json.loads(run.out)]
+    assert ("overlays/lab/runs/plain/job.yaml:1", "run") in sources
+    assert not [s for s in sources if "deeper" in s[0]]
+
+
 @pytest.fixture
 def reversing_kustomize(tmp_path: Path) -> dict:
     """Puts a `kustomize` on PATH that finishes builds in reverse order: the overlay's

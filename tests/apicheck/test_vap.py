@@ -334,6 +334,66 @@ def test_a_volcano_team_trainjob_must_name_its_queue_in_a_runtime_patch():
     assert denials(docs, patched) == []
 
 
+def _patch(pod_spec: dict) -> list[dict]:
+    job = {"name": "node", "template": {"spec": {"template": {"spec": pod_spec}}}}
+    return [
+        {
+            "manager": "example.com/someone",
+            "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [job]}}},
+        }
+    ]
+
+
+ALL_GPUS = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "denied"),
+    [
+        (("trainer", "env"), ALL_GPUS, "containers get GPUs"),
+        (("initializer", "dataset", "env"), ALL_GPUS, "containers get GPUs"),
+        (("initializer", "model", "env"), ALL_GPUS, "containers get GPUs"),
+        (
+            ("runtimePatches",),
+            _patch({"containers": [{"name": "node", "env": ALL_GPUS}]}),
+            "containers get GPUs",
+        ),
+        (
+            ("runtimePatches",),
+            _patch({"initContainers": [{"name": "init", "securityContext": {"privileged": True}}]}),
+            "training pods take no privilege",
+        ),
+        (
+            ("runtimePatches",),
+            _patch({"volumes": [{"name": "host", "hostPath": {"path": "/"}}]}),
+            "training pods take no privilege",
+        ),
+    ],
+)
+def test_what_a_trainjob_sets_on_its_runtimes_pods_is_checked(path, value, denied):
+    # A TrainJob's pods come from the runtime, made by the JobSet and Job controllers (which
+    # the policy skips): the trainer's variables and the runtime patches are checked on it.
+    docs = platform(cluster("kueue"))
+    labels = {
+        tenancy.TEAM_LABEL: "vision",
+        tenancy.QUEUE_LABEL: "vision",
+        tenancy.PRIORITY_LABEL: "standard",
+    }
+    trainjob = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "bert", "namespace": "vision", "labels": labels},
+        "spec": {"runtimeRef": {"name": "torch-distributed-roce"}, "trainer": {"numNodes": 2}},
+    }
+    assert denials(docs, trainjob) == []
+    node = trainjob["spec"]
+    for step in path[:-1]:
+        node = node.setdefault(step, {})
+    node[path[-1]] = value
+    [message] = denials(docs, trainjob)
+    assert message.startswith(denied), message
+
+
 def _owned(kind: str) -> list[dict]:
     return [
         {

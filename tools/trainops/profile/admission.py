@@ -25,7 +25,10 @@ container) is theirs to choose.
 - its images come from the cluster's registries;
 - its pods take no privilege: the fabric needs none (host namespaces, privileged
   containers, added capabilities and hostPath volumes are refused), and no GPUs but
-  those they request (NVIDIA_VISIBLE_DEVICES is refused unless void or none);
+  those they request (NVIDIA_VISIBLE_DEVICES is refused unless void or none). A
+  TrainJob's pods are made by controllers the policy skips, so what it sets on
+  them is checked on the TrainJob: its trainer's and initializers' variables and
+  the pod specs of its runtime patches;
 - its pods keep the cluster's default network (no v1.multus-cni.io/default-network).
 
 The binding denies; `trainops validate` evaluates the same objects offline
@@ -189,6 +192,31 @@ def _variables(p: ClusterProfile) -> list[tuple[str, str]]:
             " && has(j.template.spec.template.metadata.annotations))"
             ".map(j, j.template.spec.template.metadata.annotations)) : []",
         ),
+        # What a TrainJob sets on the pods its runtime makes: the trainer's and the
+        # initializers' variables, and its runtime patches' pod specs (lists per patch).
+        (
+            "trainJobEnvs",
+            f"{KIND} != 'TrainJob' ? [] : ["
+            f"{_has('object.spec.trainer.env')} ? object.spec.trainer.env : [], "
+            f"{_has('object.spec.initializer.dataset.env')} ? "
+            "object.spec.initializer.dataset.env : [], "
+            f"{_has('object.spec.initializer.model.env')} ? "
+            "object.spec.initializer.model.env : []]",
+        ),
+        (
+            "patchPodSpecs",
+            "has(object.spec.runtimePatches) ? object.spec.runtimePatches.filter(p, "
+            f"{RUNTIME_POD}).map(p, p.trainingRuntimeSpec.template.spec.replicatedJobs"
+            ".filter(j, has(j.template) && has(j.template.spec) && has(j.template.spec.template)"
+            " && has(j.template.spec.template.spec))"
+            ".map(j, j.template.spec.template.spec)) : []",
+        ),
+        (
+            "patchContainers",
+            "variables.patchPodSpecs.map(ps, ps.map(s, "
+            "(has(s.containers) ? s.containers : []) + "
+            "(has(s.initContainers) ? s.initContainers : [])))",
+        ),
         (
             "runtimeQueues",
             "has(object.spec.runtimePatches) ? object.spec.runtimePatches.filter(p, "
@@ -206,6 +234,23 @@ def _variables(p: ClusterProfile) -> list[tuple[str, str]]:
 
 
 NAMESPACE = "object.metadata.namespace"
+# A pod spec `s` without host namespaces or hostPath volumes; a container `c` without
+# privilege or added capabilities.
+HOST_FREE = (
+    "!(has(s.hostNetwork) && s.hostNetwork) && !(has(s.hostPID) && s.hostPID) "
+    "&& !(has(s.hostIPC) && s.hostIPC) && (!has(s.volumes) || s.volumes.all(v, !has(v.hostPath)))"
+)
+UNPRIVILEGED = (
+    "!has(c.securityContext) || ((!has(c.securityContext.privileged) || "
+    "!c.securityContext.privileged) && (!has(c.securityContext.capabilities) || "
+    "!has(c.securityContext.capabilities.add) || size(c.securityContext.capabilities.add) == 0))"
+)
+# An env entry `e` that shows no GPUs; a container `c` whose entries all are.
+VISIBLE_DEVICES_VOID = (
+    f"e.name != '{VISIBLE_DEVICES}' || (!has(e.valueFrom) && "
+    "(!has(e.value) || e.value in ['', 'void', 'none']))"
+)
+NO_VISIBLE_DEVICES = f"!has(c.env) || c.env.all(e, {VISIBLE_DEVICES_VOID})"
 
 
 def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
@@ -305,14 +350,10 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
             "reason": "Forbidden",
         },
         {
-            "expression": "variables.podSpecs.all(s, !(has(s.hostNetwork) && s.hostNetwork) "
-            "&& !(has(s.hostPID) && s.hostPID) && !(has(s.hostIPC) && s.hostIPC) "
-            "&& (!has(s.volumes) || s.volumes.all(v, !has(v.hostPath)))) && "
-            "variables.containers.all(cs, cs.all(c, !has(c.securityContext) || "
-            "((!has(c.securityContext.privileged) || !c.securityContext.privileged) && "
-            "(!has(c.securityContext.capabilities) || "
-            "!has(c.securityContext.capabilities.add) || "
-            "size(c.securityContext.capabilities.add) == 0))))",
+            "expression": f"variables.podSpecs.all(s, {HOST_FREE}) && "
+            f"variables.containers.all(cs, cs.all(c, {UNPRIVILEGED})) && "
+            f"variables.patchPodSpecs.all(ps, ps.all(s, {HOST_FREE})) && "
+            f"variables.patchContainers.all(pcs, pcs.all(cs, cs.all(c, {UNPRIVILEGED})))",
             "message": "training pods take no privilege: no host namespaces, hostPath "
             "volumes, privileged containers or added capabilities (RDMA needs none)",
             "reason": "Forbidden",
@@ -322,9 +363,9 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
         # true by default), whether or not the device plugin gave it any. The generated
         # GPU Operator values turn that off; this holds where the runtime is not ours.
         {
-            "expression": "variables.containers.all(cs, cs.all(c, !has(c.env) || c.env.all(e, "
-            f"e.name != '{VISIBLE_DEVICES}' || (!has(e.valueFrom) && "
-            "(!has(e.value) || e.value in ['', 'void', 'none'])))))",
+            "expression": f"variables.containers.all(cs, cs.all(c, {NO_VISIBLE_DEVICES})) && "
+            f"variables.trainJobEnvs.all(es, es.all(e, {VISIBLE_DEVICES_VOID})) && "
+            f"variables.patchContainers.all(pcs, pcs.all(cs, cs.all(c, {NO_VISIBLE_DEVICES})))",
             "message": f"containers get GPUs by requesting nvidia.com/gpu: {VISIBLE_DEVICES} may "
             "only be void or none (the container runtime would expose GPUs given to other pods)",
             "reason": "Forbidden",

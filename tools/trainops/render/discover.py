@@ -4,8 +4,11 @@ A directory holding a kustomization is one target (components are skipped:
 they only make sense inside another kustomization). YAML and JSON files that
 are not part of any kustomization are targets of their own. Files inside a
 kustomization's directory tree are its inputs (patches, profiles), never
-targets, but nested kustomizations (an overlay's `runs/`) are. A directory
-holding a Chart.yaml is a Helm chart: one target, rendered by helm.
+targets, but nested kustomizations (an overlay's `runs/`) are. A run directory
+(a child of a `runs/` directory) without a kustomization is what Argo CD syncs
+as a plain directory: its own manifest files are targets, its subdirectories
+not (a directory source does not recurse). A directory holding a Chart.yaml is
+a Helm chart: one target, rendered by helm.
 
 A target reached through a symbolic link stays inside the repository the link is in:
 a link to a directory or file elsewhere on the machine is refused, not rendered,
@@ -15,18 +18,17 @@ printed or cached.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from pathlib import Path
 
 from trainops.errors import InputError
 from trainops.model import Target
+from trainops.yamlio import load_yaml_mapping, read_text
 
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 _SKIPPED_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__"}
 CHART_FILE = "Chart.yaml"
-_COMPONENT = re.compile(r"^kind:\s*['\"]?Component['\"]?\s*$", re.MULTILINE)
 
 
 def kustomization_file(directory: Path) -> Path | None:
@@ -38,10 +40,14 @@ def kustomization_file(directory: Path) -> Path | None:
 
 
 def is_component(kustomization: Path) -> bool:
+    """Whether the file's top-level `kind` is Component, as kustomize reads it (a line
+    that only looks like one, inside a string, is not). A file that does not parse is
+    no component: it stays a target, and its build reports the problem."""
     try:
-        return bool(_COMPONENT.search(kustomization.read_text(errors="replace")))
-    except OSError:
+        document = load_yaml_mapping(read_text(kustomization), str(kustomization))
+    except (OSError, InputError):
         return False
+    return document.get("kind") == "Component"
 
 
 def display_path(path: Path | str) -> str:
@@ -145,7 +151,7 @@ def _walk(top: Path, excluded: list[Path]) -> Iterable[tuple[str, Path]]:
         if kustomization is not None:
             if not is_component(kustomization):
                 yield "kustomization", root_path
-        elif not parent_inside:
+        elif not parent_inside or root_path.parent.name == "runs":
             for name in sorted(files):
                 if name.endswith(MANIFEST_SUFFIXES) and not name.startswith("."):
                     yield "file", root_path / name
