@@ -465,6 +465,15 @@ def training_service_account(pod: PodTemplate, ctx: Context) -> Iterator[Violati
             "service-account token automount is turned on",
             (*pod.path, "automountServiceAccountToken"),
         )
+    for index, volume in enumerate(dicts(pod.spec.get("volumes"))):
+        sources = dicts(mapping(volume.get("projected")).get("sources"))
+        for position, source in enumerate(sources):
+            if "serviceAccountToken" in source:
+                yield Violation(
+                    f"projected volume {volume.get('name')} mounts a service-account token "
+                    "(what automount would)",
+                    (*pod.path, "volumes", index, "projected", "sources", position),
+                )
 
 
 def _privileged_reason(pod: PodTemplate) -> str | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from trainops.model import ERROR, Document
 from trainops.policy import Context, Violation, needs, pod_rule, resource_rule
-from trainops.policy.pods import REPLICA_FIELDS, TRAINING_KINDS, PodTemplate, mapping
+from trainops.policy.pods import REPLICA_FIELDS, TRAINING_KINDS, PodTemplate, dicts, mapping
 from trainops.profile.tenancy import PARAMS, PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL
 
 JOB_KINDS = (*REPLICA_FIELDS, "TrainJob")
@@ -248,3 +248,13 @@ def image_registry_approved(pod: PodTemplate, ctx: Context) -> Iterator[Violatio
                     f"image {image} is not from {', '.join(approved)}",
                     (*pod.path, section, index, "image"),
                 )
+    for index, volume in enumerate(dicts(pod.spec.get("volumes"))):
+        if "image" not in volume:
+            continue
+        image = str(mapping(volume.get("image")).get("reference", ""))
+        if not any(image.startswith(prefix) for prefix in approved):
+            yield Violation(
+                f"image volume {volume.get('name')} mounts {image or '(no reference)'}, "
+                f"not from {', '.join(approved)}",
+                (*pod.path, "volumes", index, "image", "reference"),
+            )

@@ -394,6 +394,41 @@ def test_what_a_trainjob_sets_on_its_runtimes_pods_is_checked(path, value, denie
     assert message.startswith(denied), message
 
 
+@pytest.mark.parametrize(
+    ("volume", "denied"),
+    [
+        ({"nfs": {"server": "10.0.0.9", "path": "/exports/nlp"}}, "training pods mount storage"),
+        ({"csi": {"driver": "example.csi.io"}}, "training pods mount storage"),
+        ({"iscsi": {"targetPortal": "10.0.0.9:3260", "iqn": "x", "lun": 0}}, "training pods"),
+        ({"projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}, "training pods"),
+        ({"image": {"reference": "docker.io/someone/weights:1"}}, "images come from"),
+    ],
+)
+def test_team_pods_mount_only_claims_config_and_approved_images(volume, denied):
+    docs = platform(cluster("kueue"))
+    allowed = [
+        {"name": "ckpt", "persistentVolumeClaim": {"claimName": "checkpoints"}},
+        {"name": "shm", "emptyDir": {"medium": "Memory"}},
+        {"name": "cfg", "projected": {"sources": [{"configMap": {"name": "c"}}]}},
+        {"name": "weights", "image": {"reference": "ghcr.io/example-org/weights:1"}},
+    ]
+    job = team_job("kueue")
+    _pods(job)[0]["spec"]["volumes"] = allowed
+    assert denials(docs, job) == []
+    _pods(job)[0]["spec"]["volumes"] = [*allowed, {"name": "extra", **volume}]
+    [message] = denials(docs, job)
+    assert message.startswith(denied), message
+
+
+@pytest.mark.parametrize(("scheduler", "denied"), [("kueue", True), ("volcano", False)])
+def test_on_kueue_a_team_pod_takes_its_priority_from_the_queue(scheduler, denied):
+    docs = platform(cluster(scheduler))
+    job = team_job(scheduler)
+    _pods(job)[1]["spec"]["priorityClassName"] = "system-node-critical"
+    refused = [m for m in denials(docs, job) if "no priorityClassName" in m]
+    assert bool(refused) is denied, denials(docs, job)
+
+
 def _owned(kind: str) -> list[dict]:
     return [
         {

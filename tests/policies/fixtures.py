@@ -2169,3 +2169,37 @@ MORE_FIXTURES.setdefault("run-priority-allowed", []).append(
         edit(_volcano_queue("vision")),
     )
 )
+
+
+# -- further cases of pack rules, beside each rule's pair (test_rules runs them) -------------
+
+
+def _projected_token(token: bool) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        source = {"serviceAccountToken": {"path": "token"}} if token else {"downwardAPI": {}}
+        for spec in pods_of(job(docs)):
+            spec["volumes"].append({"name": "api", "projected": {"sources": [source]}})
+
+    return change
+
+
+def _image_volume(reference: str) -> Callable[[Docs], None]:
+    def change(docs: Docs) -> None:
+        _tenant(TEAM_JOB, registries="ghcr.io/acme/,registry.example.com/")(docs)
+        for spec in pods_of(job(docs)):
+            spec["volumes"].append({"name": "weights", "image": {"reference": reference}})
+
+    return change
+
+
+MORE: dict[str, list[tuple[Callable[[], Docs], Callable[[], Docs]]]] = {
+    # A projected token is what automount would mount.
+    "training-service-account": [(edit(_projected_token(True)), edit(_projected_token(False)))],
+    # An image volume runs nothing, but its files (a model's code, a library) do.
+    "image-registry-approved": [
+        (
+            edit(_image_volume("docker.io/someone/weights:1")),
+            edit(_image_volume("ghcr.io/acme/w:1")),
+        )
+    ],
+}

@@ -19,10 +19,16 @@ from trainops.render.engine import Renderer, RenderOptions
 load_pack(REPO / "policies")
 
 
-# The pack's fixtures, and those of the rules written from the failure-mode catalog.
+# The pack's fixtures, those of the rules written from the failure-mode catalog, and further
+# cases of either (MORE).
 FIXTURES = {**fixtures.FIXTURES, **catalog_fixtures.FIXTURES}
 assert not set(fixtures.FIXTURES) & set(catalog_fixtures.FIXTURES)
-MORE = [(rule, pair) for rule, pairs in catalog_fixtures.MORE.items() for pair in pairs]
+assert not set(fixtures.MORE) & set(catalog_fixtures.MORE)
+MORE = [
+    (rule, pair)
+    for rule, pairs in {**fixtures.MORE, **catalog_fixtures.MORE}.items()
+    for pair in pairs
+]
 
 
 def findings(docs: list[dict], target: str = "fixture.yaml") -> list:
@@ -58,7 +64,7 @@ def test_rule_is_quiet_on_its_passing_fixture(rule_id):
 @pytest.mark.parametrize(
     ("rule_id", "pair"), MORE, ids=[f"{rule}-{index}" for index, (rule, _) in enumerate(MORE)]
 )
-def test_catalog_rule_cases(rule_id, pair):
+def test_further_cases_of_a_rule(rule_id, pair):
     failing, passing = pair
     assert [f for f in findings(failing()) if f.rule == rule_id], f"{rule_id} did not fire"
     assert [f.message for f in findings(passing()) if f.rule == rule_id] == []

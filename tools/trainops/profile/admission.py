@@ -29,6 +29,10 @@ container) is theirs to choose.
   TrainJob's pods are made by controllers the policy skips, so what it sets on
   them is checked on the TrainJob: its trainer's and initializers' variables and
   the pod specs of its runtime patches;
+- its volumes are claims, ephemeral claims, emptyDirs, config, secrets, projections
+  without a service-account token and image volumes from the registries: no volume
+  names a storage server or driver inline; on Kueue clusters pods set no
+  priorityClassName (the queue's label is the priority);
 - its pods keep the cluster's default network (no v1.multus-cni.io/default-network).
 
 The binding denies; `trainops validate` evaluates the same objects offline
@@ -245,6 +249,30 @@ UNPRIVILEGED = (
     "!c.securityContext.privileged) && (!has(c.securityContext.capabilities) || "
     "!has(c.securityContext.capabilities.add) || size(c.securityContext.capabilities.add) == 0))"
 )
+# Volume kinds a pod spec `s` may use: Pod Security `restricted`'s list without inline
+# CSI volumes (a driver the platform did not choose), plus image volumes (their
+# reference is checked against the registries); a projected volume without a
+# service-account token.
+VOLUME_KINDS = (
+    "configMap",
+    "secret",
+    "downwardAPI",
+    "emptyDir",
+    "persistentVolumeClaim",
+    "ephemeral",
+    "projected",
+    "image",
+)
+VOLUMES_ALLOWED = (
+    "!has(s.volumes) || s.volumes.all(v, "
+    + " || ".join(f"has(v.{k})" for k in VOLUME_KINDS if k != "projected")
+    + " || (has(v.projected) && (!has(v.projected.sources) || "
+    "v.projected.sources.all(x, !has(x.serviceAccountToken)))))"
+)
+IMAGE_VOLUMES_APPROVED = (
+    "!has(s.volumes) || s.volumes.all(v, !has(v.image) || (has(v.image.reference) && "
+    "variables.registries.exists(r, v.image.reference.startsWith(r))))"
+)
 # An env entry `e` that shows no GPUs; a container `c` whose entries all are.
 VISIBLE_DEVICES_VOID = (
     f"e.name != '{VISIBLE_DEVICES}' || (!has(e.valueFrom) && "
@@ -287,6 +315,18 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
                 f"variables.jobLabels['{PRIORITY_LABEL}'] in variables.priorities)",
                 "messageExpression": f"'jobs in namespace ' + {NAMESPACE} + ' use one of the "
                 f"priorities ' + params.data.priorities + ' (label {PRIORITY_LABEL})'",
+                "reason": "Forbidden",
+            }
+        )
+        # Kueue orders workloads by the label; a pod's PriorityClass is what kube-scheduler
+        # preempts by (system-node-critical evicts anything on the node), and no admission
+        # plugin keeps the system classes in kube-system unless the cluster configures it.
+        out.append(
+            {
+                "expression": "variables.podSpecs.all(s, !has(s.priorityClassName) || "
+                "s.priorityClassName == '')",
+                "message": f"pods take their priority from the queue (label {PRIORITY_LABEL}): "
+                "no priorityClassName, which kube-scheduler would preempt other pods by",
                 "reason": "Forbidden",
             }
         )
@@ -345,7 +385,9 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
             "expression": "variables.containers.all(cs, cs.all(c, has(c.image) && "
             "variables.registries.exists(r, c.image.startsWith(r)))) && "
             "(!has(object.spec.trainer) || !has(object.spec.trainer.image) || "
-            "variables.registries.exists(r, object.spec.trainer.image.startsWith(r)))",
+            "variables.registries.exists(r, object.spec.trainer.image.startsWith(r))) && "
+            f"variables.podSpecs.all(s, {IMAGE_VOLUMES_APPROVED}) && "
+            f"variables.patchPodSpecs.all(ps, ps.all(s, {IMAGE_VOLUMES_APPROVED}))",
             "messageExpression": "'images come from ' + params.data.registries",
             "reason": "Forbidden",
         },
@@ -356,6 +398,15 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
             f"variables.patchContainers.all(pcs, pcs.all(cs, cs.all(c, {UNPRIVILEGED})))",
             "message": "training pods take no privilege: no host namespaces, hostPath "
             "volumes, privileged containers or added capabilities (RDMA needs none)",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"variables.podSpecs.all(s, {VOLUMES_ALLOWED}) && "
+            f"variables.patchPodSpecs.all(ps, ps.all(s, {VOLUMES_ALLOWED}))",
+            "message": "training pods mount storage through claims: volumes are "
+            f"{', '.join(VOLUME_KINDS)} (a volume that names a server or driver inline "
+            "reaches storage no claim or quota governs; a projected volume carries no "
+            "service-account token)",
             "reason": "Forbidden",
         },
         # The NVIDIA container runtime exposes the GPUs this variable lists to any
