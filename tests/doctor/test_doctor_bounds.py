@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import subprocess
 import sys
@@ -159,6 +160,24 @@ def test_symlink_loops(trainops, tmp_path):
     # Read once despite the loop: one network line, which does not show a working job.
     assert walked.code == 1 and "Traceback" not in walked.err
     assert walked.out.count("x.log:1:") == 1 and "[outcome-unproven]" in walked.out
+
+
+def test_a_walked_directory_reads_its_own_files_only(trainops, tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "rank0.log").write_text("h:1:1 [0] NCCL INFO Using network IB\n")
+    (logs / "latest.log").symlink_to(logs / "rank0.log")  # inside: not refused
+    os.mkfifo(logs / "pipe")  # no writer: opening it would wait forever; skipped
+    walked = trainops("doctor", "nccl", str(logs))
+    assert walked.code == 1, walked.err
+    assert "rank0.log:1:" in walked.out
+    secret = tmp_path / "elsewhere.txt"
+    secret.write_text("h:1:1 [0] NCCL WARN something private\n")
+    (logs / "outside.log").symlink_to(secret)
+    refused = trainops("doctor", "nccl", str(logs))
+    assert refused.code == 2 and refused.out == ""
+    assert "outside.log" in refused.err and "leads out of" in refused.err
+    assert "private" not in refused.err
 
 
 def test_mutated_corpus_lines_never_crash():

@@ -67,6 +67,22 @@ def test_a_job_whose_checkpoints_are_all_bad_stops_until_told_to_start_over(base
     assert inspect(baseline_copy, "--no-params")["complete"] == [20, 25, 30]
 
 
+def test_a_checkpoint_of_another_model_stops_the_run_and_is_kept(baseline_copy):
+    # --width changed between launches: the checkpoints are intact, the configuration is
+    # wrong. Setting them aside as corrupt would lose every step of the job.
+    before = inspect(baseline_copy, "--no-params")["complete"]
+    stopped = launch(*BASE_ARGS, "--width", "48", "--checkpoint-dir", str(baseline_copy))
+    assert stopped.code == 2, stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    (error,) = {line for line in stopped.stderr.splitlines() if "trainer: error:" in line}
+    assert "checkpoint step-30" in error and "saved by another model" in error, error
+    assert "another shape" in error and "--no-resume" in error
+    assert not list(baseline_copy.glob("*.corrupt*"))
+    assert inspect(baseline_copy, "--no-params")["complete"] == before == [20, 25, 30]
+    resumed = launch(*BASE_ARGS, "--checkpoint-dir", str(baseline_copy))
+    assert resumed.code == 0 and resumed.events("start")[0]["resumed_from"] == 30
+
+
 def _plant_hostile_entries(checkpoints: Path, outside: Path) -> dict[int, str]:
     """Entries no trainer writes, each under a step-N name newer than the real ones;
     returns the problem each must be reported with."""

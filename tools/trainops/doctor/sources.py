@@ -135,11 +135,21 @@ def _maybe_dump(handle, name: str, meter: _Meter) -> Source:
     return memory_stream(name, text)
 
 
-def _file_lines(path: str, unzip: bool, meter: _Meter) -> Iterator[str]:
+def _open_regular(path: str) -> BinaryIO:
+    """A regular file opened for reading. O_NONBLOCK: a file swapped for a FIFO after it
+    was listed would otherwise wait for a writer forever; it is refused instead."""
     try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed below when the lines run out
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise InputError(f"cannot open: {exc.strerror or exc}", path) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputError("no longer a regular file (a FIFO, socket or device)", path)
+    return os.fdopen(fd, "rb")
+
+
+def _file_lines(path: str, unzip: bool, meter: _Meter) -> Iterator[str]:
+    handle = _open_regular(path)
     with handle:
         yield from _lines(gzip.GzipFile(fileobj=handle) if unzip else handle, path, meter)
 
@@ -149,13 +159,14 @@ def _open(path: str, meter: _Meter) -> Source:
     FIFOs, /dev/fd/N and devices are read once as they are."""
     try:
         regular = stat.S_ISREG(os.stat(path).st_mode)
-        handle = open(path, "rb")  # noqa: SIM115 - kept open only for one-shot inputs
+        if not regular:
+            handle = open(path, "rb")  # noqa: SIM115 - kept open only for one-shot inputs
     except OSError as exc:
         raise InputError(f"cannot open: {exc.strerror or exc}", path) from None
     try:
         if not regular:
             return _classify(handle, path, meter)
-        with handle:
+        with _open_regular(path) as handle:
             head = handle.peek(2)[:2]
             _refuse_pickle(head, path)
             if head.lstrip()[:1] == b"{":
@@ -167,15 +178,33 @@ def _open(path: str, meter: _Meter) -> Source:
 
 
 def _walk(directory: str) -> list[str]:
-    """Every readable non-hidden file below `directory`, in name order, links not followed."""
+    """Every non-hidden regular file below `directory`, in name order. Links to
+    directories are not followed; a link to a file is read when the file is inside
+    `directory` and refused when it leads out of it (a collected bundle must not make
+    the doctor read, and quote, files elsewhere on the machine). FIFOs, sockets and
+    devices found there are skipped: only one named on the command line is read."""
     found = []
+    top = os.path.realpath(directory)
 
     def fail(exc: OSError) -> None:
         raise InputError(f"cannot list: {exc.strerror or exc}", exc.filename or directory)
 
     for root, dirs, files in os.walk(directory, onerror=fail, followlinks=False):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found += [os.path.join(root, f) for f in sorted(files) if not f.startswith(".")]
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            if name.startswith("."):
+                continue
+            if os.path.islink(path):
+                real = os.path.realpath(path)
+                if os.path.commonpath([top, real]) != top:
+                    raise InputError(f"a symbolic link leads out of {directory}, to {real}", path)
+            try:
+                regular = stat.S_ISREG(os.stat(path).st_mode)
+            except OSError:
+                regular = False  # a dangling link: nothing to read
+            if regular:
+                found.append(path)
     return found
 
 

@@ -15,7 +15,9 @@ identity of the job and the launch that wrote it, and renames the directory to
 verifies it (truncation, bit rot, a half-copied directory, a planted file) and
 reads it without running code from it (`safe_dcp`); a bad one is set aside at once
 and the previous one tried. A job whose checkpoints are all bad stops: starting
-over silently would throw away its training.
+over silently would throw away its training. An intact checkpoint of another model
+(other tensor names or shapes: --model or --width changed) is the run's mistake, not
+the checkpoint's: the run stops and the checkpoint stays as it is.
 
 Async saves (the default) stage the state in memory, return, and write in the
 background over their own gloo process group so they never interleave with the
@@ -84,6 +86,41 @@ class CheckpointInfo:
 
 class UnusableCheckpoints(ConfigError):
     """Every checkpoint of the job failed verification or loading."""
+
+
+class CheckpointOfAnotherModel(ConfigError):
+    """The newest intact checkpoint holds another model's tensors (other names or shapes):
+    this run's configuration is wrong, not the checkpoint, which is left as it is."""
+
+
+def model_mismatch(state: dict, saved: dict) -> str | None:
+    """How the model tensors of `state` (the run's) differ from those a checkpoint's
+    metadata lists (`saved`: flattened key -> storage metadata), or None when they agree."""
+    wanted = {
+        f"model.{key}": tuple(value.size())
+        for key, value in (state.get("model") or {}).items()
+        if hasattr(value, "size")
+    }
+    held = {
+        key: tuple(meta.size)
+        for key, meta in saved.items()
+        if key.startswith("model.") and hasattr(meta, "size")
+    }
+    missing = sorted(set(wanted) - set(held))
+    extra = sorted(set(held) - set(wanted))
+    shapes = sorted(k for k in set(wanted) & set(held) if wanted[k] != held[k])
+    problems = []
+    if shapes:
+        key = shapes[0]
+        problems.append(
+            f"{len(shapes)} tensor(s) of another shape ({key.removeprefix('model.')}: "
+            f"saved {list(held[key])}, this model {list(wanted[key])})"
+        )
+    if missing:
+        problems.append(f"{len(missing)} of this model's tensors absent (first: {missing[0]})")
+    if extra:
+        problems.append(f"{len(extra)} tensors this model lacks (first: {extra[0]})")
+    return "; ".join(problems) or None
 
 
 def _open_regular(path: Path):
@@ -595,9 +632,19 @@ class Checkpointer:
                 bad = self._agree(problem)
             state = None
             if not bad:
+                state = template(set(metadata.state_dict_metadata))
+                other = self._agree(model_mismatch(state, metadata.state_dict_metadata))
+                if other:
+                    # Intact files of another model: the run's --model, --width or layers
+                    # changed. Setting it aside would lose good work; stop instead.
+                    raise CheckpointOfAnotherModel(
+                        f"checkpoint step-{step} in {self.directory} was saved by another "
+                        f"model: {other[0].split(': ', 1)[1]}; resume with the model options "
+                        "it was saved with, or pass --no-resume (or another --checkpoint-dir) "
+                        "to start this model over; the checkpoint is left as it is"
+                    )
                 problem = None
                 try:
-                    state = template(set(metadata.state_dict_metadata))
                     safe_dcp.load(state, path, files, self.group)
                 except CHECKPOINT_ERRORS as error:
                     problem = f"load failed: {describe_failure(error)}"
