@@ -166,7 +166,9 @@ def test_remote_resources_render_offline_from_the_mirror(trainops, tmp_path: Pat
     assert trainops("render", "--format", "json", str(overlay), env=env).out == run.out
 
 
-def test_remote_without_mirror_is_a_warning_naming_the_url(trainops, tmp_path: Path):
+def test_remote_without_mirror_is_a_warning_naming_the_url_and_an_error_in_a_run(
+    trainops, tmp_path: Path
+):
     overlay = tmp_path / "overlay"
     write(overlay / "kustomization.yaml", REMOTE_KUSTOMIZATION)
     write(overlay / "local.yaml", CM.format(name="local"))
@@ -178,6 +180,14 @@ def test_remote_without_mirror_is_a_warning_naming_the_url(trainops, tmp_path: P
     assert "https://github.com/acme/widgets//deploy?ref=v1.2.3" in warnings[0]["message"]
     assert warnings[0]["source"].endswith("kustomization.yaml:2")
     assert report["summary"]["resources"] == 1  # the local resource is still validated
+    # In a run, Argo CD would sync what validate could not see: an error.
+    run_dir = tmp_path / "overlays" / "lab" / "runs" / "r1"
+    write(run_dir / "kustomization.yaml", REMOTE_KUSTOMIZATION)
+    write(run_dir / "local.yaml", RUN_JOB)
+    in_run = trainops("validate", "--format", "json", str(run_dir), cwd=tmp_path)
+    assert in_run.code == 1, in_run.err
+    found = [f for f in json.loads(in_run.out)["findings"] if f["rule"] == "remote-resource"]
+    assert [f["severity"] for f in found] == ["error", "error"]
 
 
 def test_unparseable_remote_and_patches_on_missing_remote_are_still_reported(

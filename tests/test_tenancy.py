@@ -401,6 +401,31 @@ def test_a_run_cannot_replace_the_platforms_parameters_or_policy(trainops, share
     assert kinds == {"ConfigMap", "ValidatingAdmissionPolicy"}, found
 
 
+def test_a_run_of_a_kind_no_queue_admits_fails_its_sync(trainops, shared):
+    """A TFJob: the Training Operator would run it, but Kueue's integrations and the
+    admission policy know only the cluster's job kinds, so its GPUs would escape the
+    quota. The run's project does not sync it."""
+    run = shared / "overlays/gpu-east/teams/vision/runs/vit-0412"
+    kustomization = run / "kustomization.yaml"
+    text = kustomization.read_text()
+    tfjob = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": "tf", "labels": QUEUED_LABELS},
+        "spec": {"tfReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": GPU_POD}}}},
+    }
+    try:
+        (run / "tf.yaml").write_text(yaml.safe_dump(tfjob))
+        kustomization.write_text(text.replace("resources:\n", "resources:\n- tf.yaml\n", 1))
+        found = errors(trainops, shared, "overlays/gpu-east/teams/vision/runs/vit-0412")
+    finally:
+        kustomization.write_text(text)
+        (run / "tf.yaml").unlink()
+    assert [f["resource"] for f in found if f["rule"] == "run-kind-synced"] == [
+        "TFJob/vision/tf"
+    ], found
+
+
 # -- every kind that makes pods passes the same gate -------------------------------------
 
 GPU_POD = {

@@ -47,6 +47,11 @@ class Target:
     kind: str  # "kustomization" | "helm" (a chart directory) | "file" | "stdin"
     path: str  # as shown to the user (relative to the working directory when possible)
 
+    @property
+    def is_run(self) -> bool:
+        """A run: a target below a `runs/` directory (what the runs ApplicationSets sync)."""
+        return "runs" in self.path.replace("\\", "/").split("/")
+
 
 @dataclass(frozen=True)
 class Origin:

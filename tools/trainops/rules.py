@@ -121,8 +121,14 @@ register(
         severity=WARNING,
         title="Remote kustomize resources have an offline copy",
         why="Without network (CI), a remote base can only be rendered from a mirror; "
-        "what it contains is otherwise not validated at all.",
+        "what it contains is otherwise not validated at all. In a run, Argo CD would sync "
+        "whatever the remote holds then, past every check a run's pull request meets.",
         fix="Add the pinned upstream to the mirror directory (--remote-mirror) or render "
         "with --allow-network.",
+        when=(
+            (ERROR, "in a run: its pull request must not ship what validate cannot see"),
+            (WARNING, "elsewhere"),
+        ),
+        sources=("docs/security.md#what-a-run-can-and-cannot-do",),
     )
 )

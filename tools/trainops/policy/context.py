@@ -127,4 +127,4 @@ class Context:
 
     @property
     def is_run(self) -> bool:
-        return "runs" in self.target.path.replace("\\", "/").split("/")
+        return self.target.is_run

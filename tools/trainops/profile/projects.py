@@ -96,10 +96,11 @@ ADDON_NAMESPACED_KINDS = (
     ("batch", "Job"),
     ("policy", "PodDisruptionBudget"),
 )
+# What a run may hold: the job kinds the queue admits and the admission policy matches
+# (a TFJob is neither: its GPUs would run outside every quota).
 RUN_KINDS = (
     ("kubeflow.org", "PyTorchJob"),
     ("kubeflow.org", "MPIJob"),
-    ("kubeflow.org", "TFJob"),
     ("trainer.kubeflow.org", "TrainJob"),
     # A run's data preparation (`new-run --prepare`), once per run before its job.
     ("batch", "Job"),

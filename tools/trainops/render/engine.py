@@ -29,7 +29,7 @@ from pathlib import Path
 
 from trainops.cache import Cache, FileHasher, code_fingerprint, digest
 from trainops.errors import InputError
-from trainops.model import WARNING, Document, Finding, Target
+from trainops.model import ERROR, WARNING, Document, Finding, Target
 from trainops.render import batch, helm, kustomize, templates
 from trainops.render.discover import display_path
 from trainops.render.inputs import InputGraph, RemoteUse, collect_inputs
@@ -153,7 +153,7 @@ class Renderer:
     def _plan_one(self, target: Target, stdin_text: str | None) -> Plan:
         if target.kind == "kustomization":
             graph = collect_inputs(Path(target.path), self._mirror)
-            return Plan(target, self._key(graph), inputs=graph)
+            return Plan(target, self._key(graph, target.is_run), inputs=graph)
         use = None
         if target.kind == "stdin":
             text = stdin_text or ""
@@ -184,7 +184,7 @@ class Renderer:
             if shared is not None:
                 text, findings = shared, []
             else:
-                text, findings = self._build(plan.inputs, target.path)
+                text, findings = self._build(plan.inputs, target)
             if self.cache.enabled:
                 entry = {"text": text, "findings": [f.to_cache() for f in findings]}
                 self.cache.put("render", plan.key, json.dumps(entry).encode())
@@ -192,8 +192,14 @@ class Renderer:
         strip_origins(documents)
         return RenderResult(target, documents, plan.key, text, findings, plan.inputs)
 
-    def _key(self, graph: InputGraph) -> str:
-        parts = [code_fingerprint(), kustomize.tool_fingerprint(), str(self.options.allow_network)]
+    def _key(self, graph: InputGraph, run: bool) -> str:
+        # `run`: a missing remote is an error in a run, a warning elsewhere.
+        parts = [
+            code_fingerprint(),
+            kustomize.tool_fingerprint(),
+            str(self.options.allow_network),
+            str(run),
+        ]
         for path in sorted(graph.files):
             parts += [os.path.relpath(path, graph.root), self.hash_file(path)]
         for path, link in sorted(graph.links.items()):
@@ -202,14 +208,17 @@ class Renderer:
             parts += [use.url, "mirrored" if use.local else "missing"]
         return digest(*parts)
 
-    def _build(self, graph: InputGraph, shown: str) -> tuple[str, list[Finding]]:
+    def _build(self, graph: InputGraph, target: Target) -> tuple[str, list[Finding]]:
+        shown = target.path
+        # A run's pull request must not ship what validate cannot see (docs/security.md).
+        severity = ERROR if target.is_run else WARNING
         if not graph.remotes or self.options.allow_network:
             text = kustomize.build(
                 graph.root, shown, self.options.allow_network, _relative_to(graph.root)
             )
             return text, []
         missing = [use for use in graph.remotes if use.local is None]
-        findings = [self._missing_remote(use, shown) for use in missing]
+        findings = [self._missing_remote(use, shown, severity) for use in missing]
         try:
             return self._build_staged(graph, shown), findings
         except InputError as exc:
@@ -218,7 +227,7 @@ class Renderer:
             findings.append(
                 Finding(
                     rule="remote-resource",
-                    severity=WARNING,
+                    severity=severity,
                     source=shown,
                     resource="",
                     path="",
@@ -229,7 +238,7 @@ class Renderer:
             )
             return "", findings
 
-    def _missing_remote(self, use: RemoteUse, shown: str) -> Finding:
+    def _missing_remote(self, use: RemoteUse, shown: str, severity: str) -> Finding:
         names = use.ref.mirror_names() if use.ref else []
         where = f"{self._mirror}/{names[0]}/{use.ref.path}" if (names and self._mirror) else ""
         if not use.ref or not use.ref.ref:
@@ -242,7 +251,7 @@ class Renderer:
         line = locate(text, (use.field, use.index))
         return Finding(
             rule="remote-resource",
-            severity=WARNING,
+            severity=severity,
             source=shown,
             resource="",
             path=f"{use.field}[{use.index}]",
