@@ -420,6 +420,24 @@ def test_team_pods_mount_only_claims_config_and_approved_images(volume, denied):
     assert message.startswith(denied), message
 
 
+@pytest.mark.parametrize(
+    ("change", "denied"),
+    [
+        ({"nodeName": "gpu-node-7"}, True),
+        ({"tolerations": [{"operator": "Exists"}]}, True),
+        ({"tolerations": [{"key": "", "operator": "Exists", "effect": "NoSchedule"}]}, True),
+        ({"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}, False),
+        ({"tolerations": [{"key": "dedicated", "value": "training"}]}, False),
+    ],
+)
+def test_the_scheduler_places_team_pods(change, denied):
+    docs = platform(cluster("kueue"))
+    job = team_job("kueue")
+    _pods(job)[1]["spec"].update(change)
+    refused = [m for m in denials(docs, job) if m.startswith("training pods are placed")]
+    assert bool(refused) is denied, denials(docs, job)
+
+
 @pytest.mark.parametrize(("scheduler", "denied"), [("kueue", True), ("volcano", False)])
 def test_on_kueue_a_team_pod_takes_its_priority_from_the_queue(scheduler, denied):
     docs = platform(cluster(scheduler))

@@ -29,6 +29,7 @@ container) is theirs to choose.
   TrainJob's pods are made by controllers the policy skips, so what it sets on
   them is checked on the TrainJob: its trainer's and initializers' variables and
   the pod specs of its runtime patches;
+- the scheduler places its pods: no nodeName, no toleration of every taint;
 - its volumes are claims, ephemeral claims, emptyDirs, config, secrets, projections
   without a service-account token and image volumes from the registries: no volume
   names a storage server or driver inline; on Kueue clusters pods set no
@@ -273,6 +274,12 @@ IMAGE_VOLUMES_APPROVED = (
     "!has(s.volumes) || s.volumes.all(v, !has(v.image) || (has(v.image.reference) && "
     "variables.registries.exists(r, v.image.reference.startsWith(r))))"
 )
+# A pod spec `s` that the scheduler places: no nodeName, no toleration of every taint.
+SCHEDULED = (
+    "(!has(s.nodeName) || s.nodeName == '') && (!has(s.tolerations) || "
+    "s.tolerations.all(t, (has(t.key) && t.key != '') || "
+    "!has(t.operator) || t.operator != 'Exists'))"
+)
 # An env entry `e` that shows no GPUs; a container `c` whose entries all are.
 VISIBLE_DEVICES_VOID = (
     f"e.name != '{VISIBLE_DEVICES}' || (!has(e.valueFrom) && "
@@ -398,6 +405,14 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
             f"variables.patchContainers.all(pcs, pcs.all(cs, cs.all(c, {UNPRIVILEGED})))",
             "message": "training pods take no privilege: no host namespaces, hostPath "
             "volumes, privileged containers or added capabilities (RDMA needs none)",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"variables.podSpecs.all(s, {SCHEDULED}) && "
+            f"variables.patchPodSpecs.all(ps, ps.all(s, {SCHEDULED}))",
+            "message": "training pods are placed by the scheduler: no nodeName (it skips "
+            "scheduling, gang and topology placement) and no toleration of every taint "
+            "(an empty key with operator Exists reaches nodes kept for others)",
             "reason": "Forbidden",
         },
         {
