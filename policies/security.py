@@ -22,7 +22,7 @@ from trainops.policy.pods import (
     mapping,
     resources,
 )
-from trainops.policy.posture import POSTURE, THREAT_MODEL
+from trainops.policy.posture import POSTURE, THREAT_MODEL, tenant_workload
 
 from . import common
 
@@ -446,7 +446,6 @@ def _may_use_rdma(pod: PodTemplate, ctx: Context) -> bool:
     "read it. The default account of the training namespace holds no permissions.",
     fix="Remove serviceAccountName and automountServiceAccountToken: true from the job; if "
     "training needs API access, the platform grants an account in policies/config.yaml.",
-    applies=common.training_pod,
     severity=WARNING,
     when=POSTURE,
     source=THREAT_MODEL,
@@ -456,6 +455,8 @@ def _may_use_rdma(pod: PodTemplate, ctx: Context) -> bool:
 def training_service_account(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     if pod.doc.kind in PLATFORM_RUNTIMES:
         return  # the platform's own runtimes: what a run cannot change
+    if not (common.training_pod(pod) or tenant_workload(pod.doc, ctx)):
+        return  # a platform component's own account: what it is for
     for key in ("serviceAccountName", "serviceAccount"):
         account = pod.spec.get(key)
         if account not in (None, "", "default"):

@@ -85,6 +85,17 @@ def test_a_run_directory_without_a_kustomization_renders_as_argo_cd_syncs_it(tra
     assert not [s for s in sources if "deeper" in s[0]]
 
 
+def test_a_run_named_like_a_skipped_directory_is_still_a_target(trainops, tree):
+    # Argo CD's directory generator skips hidden directories only: runs/venv is a run.
+    write(
+        tree / "overlays" / "lab" / "runs" / "venv" / "kustomization.yaml", "resources:\n- j.yaml\n"
+    )
+    write(tree / "overlays" / "lab" / "runs" / "venv" / "j.yaml", RUN_JOB)
+    run = trainops("render", "--format", "json", "overlays", cwd=tree)
+    assert run.code == 0, run.err
+    assert "overlays/lab/runs/venv" in {r["source"] for r in json.loads(run.out)}
+
+
 @pytest.fixture
 def reversing_kustomize(tmp_path: Path) -> dict:
     """Puts a `kustomize` on PATH that finishes builds in reverse order: the overlay's

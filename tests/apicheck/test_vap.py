@@ -438,6 +438,134 @@ def test_the_scheduler_places_team_pods(change, denied):
     assert bool(refused) is denied, denials(docs, job)
 
 
+@pytest.mark.parametrize(
+    ("change", "denied"),
+    [
+        ({"serviceAccountName": "vit-launcher"}, True),
+        ({"serviceAccount": "vit-launcher"}, True),
+        ({"automountServiceAccountToken": True}, True),
+        ({"serviceAccountName": "default", "automountServiceAccountToken": False}, False),
+    ],
+)
+def test_team_pods_keep_the_default_account_without_its_token(change, denied):
+    docs = platform(cluster("kueue"))
+    job = team_job("kueue")
+    _pods(job)[1]["spec"].update(change)
+    refused = [m for m in denials(docs, job) if m.startswith("training pods run as the")]
+    assert bool(refused) is denied, denials(docs, job)
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "name", "denied"),
+    [
+        ("volcano", "default-scheduler", True),
+        ("volcano", "volcano", False),
+        ("kueue", "my-scheduler", True),
+        ("kueue", "default-scheduler", False),
+    ],
+)
+def test_team_pods_use_the_scheduler_the_queue_works_with(scheduler, name, denied):
+    docs = platform(cluster(scheduler))
+    job = team_job(scheduler)
+    for pod in _pods(job):
+        pod["spec"]["schedulerName"] = name
+    refused = [m for m in denials(docs, job) if m.startswith("training pods are scheduled by")]
+    assert bool(refused) is denied, denials(docs, job)
+
+
+@pytest.mark.parametrize(
+    ("labels", "spec", "denied"),
+    [
+        ({"jobset.sigs.k8s.io/jobset-name": "llama-1124"}, {}, True),
+        ({"training.kubeflow.org/job-name": "llama-1124"}, {}, True),
+        ({"job-name": "llama-1124"}, {}, True),
+        ({}, {"hostname": "llama-1124-node-0-0", "subdomain": "llama-1124"}, True),
+        ({"app": "vit"}, {}, False),
+    ],
+)
+def test_team_pods_take_their_identity_from_their_controller(labels, spec, denied):
+    docs = platform(cluster("kueue"))
+    job = team_job("kueue")
+    _pods(job)[1]["metadata"]["labels"] = labels
+    _pods(job)[1]["spec"].update(spec)
+    refused = [m for m in denials(docs, job) if m.startswith("training pods take their identity")]
+    assert bool(refused) is denied, denials(docs, job)
+
+
+@pytest.mark.parametrize(("seconds", "denied"), [(300, False), (900, False), (31536000, True)])
+def test_team_pods_give_back_their_gpus_within_a_bounded_grace_period(seconds, denied):
+    docs = platform(cluster("kueue"))
+    job = team_job("kueue")
+    _pods(job)[1]["spec"]["terminationGracePeriodSeconds"] = seconds
+    refused = [m for m in denials(docs, job) if m.startswith("training pods give back")]
+    assert bool(refused) is denied, denials(docs, job)
+
+
+JOB_NAME = {
+    "name": "TRAINER_JOB_NAME",
+    "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/job-name']"}},
+}
+OWN_MOUNT = {"name": "ckpt", "mountPath": "/checkpoints", "subPathExpr": "$(TRAINER_JOB_NAME)"}
+
+
+@pytest.mark.parametrize(
+    ("mount", "env", "denied"),
+    [
+        (OWN_MOUNT, [JOB_NAME], False),
+        ({"name": "ckpt", "mountPath": "/data"}, [JOB_NAME], True),  # every run's directory
+        ({**OWN_MOUNT, "subPathExpr": None, "subPath": "llama-1124"}, [JOB_NAME], True),
+        ({**OWN_MOUNT, "subPathExpr": "$(TRAINER_JOB_NAME)/.."}, [JOB_NAME], True),
+        (OWN_MOUNT, [{"name": "TRAINER_JOB_NAME", "value": "llama-1124"}], True),
+        (OWN_MOUNT, [JOB_NAME, {"name": "TRAINER_JOB_NAME", "value": "llama-1124"}], True),
+        (OWN_MOUNT, [], True),
+    ],
+)
+def test_a_team_pod_mounts_only_its_own_checkpoint_directory(mount, env, denied):
+    docs = platform(cluster("kueue"))
+    job = team_job("kueue")
+    mount = {k: v for k, v in mount.items() if v is not None}
+    spec = _pods(job)[1]["spec"]
+    spec["volumes"] = [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "checkpoints"}}]
+    spec["containers"] = [{**spec["containers"][0], "volumeMounts": [mount], "env": env}]
+    refused = [m for m in denials(docs, job) if m.startswith("a run sees its own checkpoints")]
+    assert bool(refused) is denied, denials(docs, job)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"trainer": {"env": [{"name": "TRAINER_JOB_NAME", "value": "llama-1124"}]}},
+        {"runtimePatches": _patch({"containers": [{"name": "node", "env": [JOB_NAME]}]})},
+        {
+            "runtimePatches": _patch(
+                {
+                    "containers": [
+                        {
+                            "name": "node",
+                            "volumeMounts": [{"name": "checkpoints", "mountPath": "/all"}],
+                        }
+                    ]
+                }
+            )
+        },
+    ],
+)
+def test_a_trainjob_leaves_its_checkpoint_directory_to_the_runtime(change):
+    docs = platform(cluster("kueue"))
+    labels = {
+        tenancy.TEAM_LABEL: "vision",
+        tenancy.QUEUE_LABEL: "vision",
+        tenancy.PRIORITY_LABEL: "standard",
+    }
+    trainjob = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "bert", "namespace": "vision", "labels": labels},
+        "spec": {"runtimeRef": {"name": "torch-distributed-roce"}, **change},
+    }
+    assert [m for m in denials(docs, trainjob) if m.startswith("a run sees its own checkpoints")]
+
+
 @pytest.mark.parametrize(("scheduler", "denied"), [("kueue", True), ("volcano", False)])
 def test_on_kueue_a_team_pod_takes_its_priority_from_the_queue(scheduler, denied):
     docs = platform(cluster(scheduler))

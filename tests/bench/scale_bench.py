@@ -3,6 +3,9 @@
 - Throughput: whole-process `trainops validate` of one file of 10,000 Deployments on
   one core (taskset -c 0), policies on, and the share the policy pack adds.
 - Growth: 100,000 resources (ten such files) against 10,000, on one core.
+- The same files as a run's (below a runs/ directory), where the run rules see every
+  object and each Deployment is an error: against the platform's time, and 100,000
+  against 10,000.
 - A synthetic platform repository (tests/bench/platform_repo.py: N clusters with M runs
   each, written by the profile generators), cold and unchanged, against the peer
   pipeline (`kubectl kustomize DIR | kubernetes-validate --strict -`, one kustomization
@@ -95,10 +98,15 @@ def _throughput() -> dict:
     work = Path(tempfile.mkdtemp(prefix="trainops-scale-"))
     try:
         files = []
+        in_run = []  # the same files as a run's (overlays/lab/runs/big/): run rules apply
+        run_dir = work / "overlays" / "lab" / "runs" / "big"
+        run_dir.mkdir(parents=True)
         for index in range(10):
             path = work / f"deployments-{index}.yaml"
             path.write_text(deployments(10_000, offset=index * 10_000))
             files.append(str(path))
+            shutil.copy(path, run_dir / path.name)
+            in_run.append(str(run_dir / path.name))
         best: dict[str, float] = {}
         rss: dict[str, int] = {}
         cases = {
@@ -107,13 +115,16 @@ def _throughput() -> dict:
                 files[0], "--no-cache", "-q", "--no-policies", one_core=True
             ),
             "100k": trainops(*files, "--no-cache", "-q", "-j", "1", one_core=True),
+            # Every Deployment in a run is a run-kind-synced error: exit 1.
+            "10k_in_a_run": trainops(in_run[0], "--no-cache", "-q", one_core=True),
+            "100k_in_a_run": trainops(*in_run, "--no-cache", "-q", "-j", "1", one_core=True),
         }
         for round_ in range(3):  # alternate, keep the best of three
             for label, command in cases.items():
-                if label == "100k" and round_ == 2:
-                    continue  # best of two for the long one
+                if label.startswith("100k") and round_ == 2:
+                    continue  # best of two for the long ones
                 seconds, code, peak = timed(command, REPO)
-                assert code == 0, f"{label}: exit {code}"
+                assert code == (1 if label.endswith("in_a_run") else 0), f"{label}: exit {code}"
                 best[label] = min(best.get(label, seconds), seconds)
                 rss[label] = max(rss.get(label, 0), peak)
     finally:
@@ -129,6 +140,9 @@ def _throughput() -> dict:
         "growth_100k_over_10k": round(best["100k"] / best["10k"], 1),
         "peak_rss_mib_10k": rss["10k"],
         "peak_rss_mib_100k": rss["100k"],
+        "seconds_10k_in_a_run": round(best["10k_in_a_run"], 2),
+        "run_over_platform_10k": round(best["10k_in_a_run"] / best["10k"], 2),
+        "growth_100k_over_10k_in_a_run": round(best["100k_in_a_run"] / best["10k_in_a_run"], 1),
     }
     print("\n== validate throughput, whole process on one core (taskset -c 0)")
     print(
@@ -142,6 +156,11 @@ def _throughput() -> dict:
     print(
         f"  100,000 (ten files):      {best['100k']:6.2f} s  "
         f"{figures['growth_100k_over_10k']}x the time of 10,000  peak {rss['100k']} MiB"
+    )
+    print(
+        f"  10,000 in a run (errors):  {best['10k_in_a_run']:6.2f} s  "
+        f"{figures['run_over_platform_10k']}x the platform's; 100,000: "
+        f"{figures['growth_100k_over_10k_in_a_run']}x the time of 10,000"
     )
     return figures
 

@@ -2192,9 +2192,35 @@ def _image_volume(reference: str) -> Callable[[Docs], None]:
     return change
 
 
+def _cpu_job_account(account: str) -> Callable[[], Docs]:
+    """A team's CPU-only batch Job (no training kind, no GPU) with a service account."""
+
+    def build() -> Docs:
+        docs = copy.deepcopy(baseline())
+        docs.append(tenant_params())
+        pod = {"containers": [{"name": "prep", "image": "registry.example.com/prep:1.0.0"}]}
+        pod["serviceAccountName"] = account
+        pod["restartPolicy"] = "Never"
+        docs.append(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": "prep", "namespace": NAMESPACE},
+                "spec": {"template": {"spec": pod}},
+            }
+        )
+        return docs
+
+    return build
+
+
 MORE: dict[str, list[tuple[Callable[[], Docs], Callable[[], Docs]]]] = {
     # A projected token is what automount would mount.
-    "training-service-account": [(edit(_projected_token(True)), edit(_projected_token(False)))],
+    "training-service-account": [
+        (edit(_projected_token(True)), edit(_projected_token(False))),
+        # In a team's namespace every pod is a run's, GPUs or not.
+        (_cpu_job_account("cnn-mpi-1121-launcher"), _cpu_job_account("default")),
+    ],
     # An image volume runs nothing, but its files (a model's code, a library) do.
     "image-registry-approved": [
         (

@@ -20,8 +20,8 @@ from trainops.policy.settings import PolicySettings, load_pack
 load_pack(REPO / "policies")
 
 
-def _calls_to_evaluate(resources: int) -> tuple[int, int, list]:
-    documents = [Document(obj=o, source="render") for o in synthetic_render(resources)]
+def _calls_to_evaluate(resources: int, target: str = "render") -> tuple[int, int, list]:
+    documents = [Document(obj=o, source=target) for o in synthetic_render(resources)]
     calls = 0
 
     def count(frame, event, arg):
@@ -31,7 +31,7 @@ def _calls_to_evaluate(resources: int) -> tuple[int, int, list]:
 
     sys.setprofile(count)
     try:
-        found = evaluate(Context(Target("kustomization", "render"), documents), PolicySettings())
+        found = evaluate(Context(Target("kustomization", target), documents), PolicySettings())
     finally:
         sys.setprofile(None)
     return calls, len(documents), found
@@ -43,4 +43,14 @@ def test_policy_calls_grow_linearly_with_the_render():
     assert large_docs >= 9 * small_docs
     # The renders are clean, so the count measures the rules' work, not their findings.
     assert [f for f in small_found + large_found if f.severity != "info"] == []
+    assert large / small <= 11 * large_docs / small_docs / 10, (small, large)
+
+
+def test_a_runs_checks_grow_linearly_too():
+    # In a run, the run rules (run-kind-synced, posture, the platform-first lookups) see
+    # every object; most of a synthetic platform's kinds are findings there.
+    run = "overlays/lab/runs/big"
+    small, small_docs, small_found = _calls_to_evaluate(1_000, run)
+    large, large_docs, _ = _calls_to_evaluate(10_000, run)
+    assert [f for f in small_found if f.rule == "run-kind-synced"]
     assert large / small <= 11 * large_docs / small_docs / 10, (small, large)

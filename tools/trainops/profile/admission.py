@@ -29,7 +29,15 @@ container) is theirs to choose.
   TrainJob's pods are made by controllers the policy skips, so what it sets on
   them is checked on the TrainJob: its trainer's and initializers' variables and
   the pod specs of its runtime patches;
+- its pods keep the namespace's default service account, without its token, and
+  take their identity from their controller (no controller labels, hostname or
+  subdomain of their own);
+- its pods give back their GPUs within 900 s of a preemption (grace period);
+- its pods use the scheduler the queue works with (kube-scheduler under Kueue,
+  volcano under Volcano);
 - the scheduler places its pods: no nodeName, no toleration of every taint;
+- it sees its own checkpoints: the checkpoint claim is mounted only with
+  subPathExpr $(TRAINER_JOB_NAME), from the job label the controller sets;
 - its volumes are claims, ephemeral claims, emptyDirs, config, secrets, projections
   without a service-account token and image volumes from the registries: no volume
   names a storage server or driver inline; on Kueue clusters pods set no
@@ -250,6 +258,38 @@ UNPRIVILEGED = (
     "!c.securityContext.privileged) && (!has(c.securityContext.capabilities) || "
     "!has(c.securityContext.capabilities.add) || size(c.securityContext.capabilities.add) == 0))"
 )
+# The shared checkpoint claim: each run sees its own directory of it, named by the job
+# label its controller sets on the pods (the Training Operator, JobSet and the Job
+# controller overwrite or validate these labels, so a pod cannot claim another job's).
+CHECKPOINT_CLAIM = "checkpoints"
+JOB_NAME_FIELDS = tuple(
+    f"metadata.labels['{label}']"
+    for label in (
+        "training.kubeflow.org/job-name",
+        "jobset.sigs.k8s.io/jobset-name",
+        "batch.kubernetes.io/job-name",
+    )
+)
+JOB_NAME_VAR = "TRAINER_JOB_NAME"
+OWN_DIRECTORY = f"$({JOB_NAME_VAR})"
+_JOB_NAME_FROM_LABEL = (
+    f"e.name != '{JOB_NAME_VAR}' || (has(e.valueFrom) && has(e.valueFrom.fieldRef) && "
+    f"e.valueFrom.fieldRef.fieldPath in {list(JOB_NAME_FIELDS)})"
+)
+# A TrainJob's runtime patch container `c` (merged into the runtime's, which mounts the
+# checkpoints): it neither renames the job's directory nor mounts the volume again.
+PATCH_KEEPS_CHECKPOINTS = (
+    f"(!has(c.env) || c.env.all(e, e.name != '{JOB_NAME_VAR}')) && "
+    f"(!has(c.volumeMounts) || c.volumeMounts.all(m, m.name != '{CHECKPOINT_CLAIM}'))"
+)
+# An ephemeral volume cloned from another claim (the checkpoints) reads every run's data.
+_EPHEMERAL_FRESH = (
+    "!has(v.ephemeral) || !has(v.ephemeral.volumeClaimTemplate) || "
+    "!has(v.ephemeral.volumeClaimTemplate.spec) || "
+    "(!has(v.ephemeral.volumeClaimTemplate.spec.dataSource) && "
+    "!has(v.ephemeral.volumeClaimTemplate.spec.dataSourceRef) && "
+    "!has(v.ephemeral.volumeClaimTemplate.spec.volumeName))"
+)
 # Volume kinds a pod spec `s` may use: Pod Security `restricted`'s list without inline
 # CSI volumes (a driver the platform did not choose), plus image volumes (their
 # reference is checked against the registries); a projected volume without a
@@ -264,21 +304,65 @@ VOLUME_KINDS = (
     "projected",
     "image",
 )
+# Projected sources that carry no credential (a pod certificate or service-account
+# token would authenticate as the pod).
+PROJECTED_SOURCES = ("configMap", "secret", "downwardAPI", "clusterTrustBundle")
 VOLUMES_ALLOWED = (
-    "!has(s.volumes) || s.volumes.all(v, "
+    "!has(s.volumes) || s.volumes.all(v, ("
     + " || ".join(f"has(v.{k})" for k in VOLUME_KINDS if k != "projected")
-    + " || (has(v.projected) && (!has(v.projected.sources) || "
-    "v.projected.sources.all(x, !has(x.serviceAccountToken)))))"
+    + " || (has(v.projected) && (!has(v.projected.sources) || v.projected.sources.all(x, "
+    + " || ".join(f"has(x.{k})" for k in PROJECTED_SOURCES)
+    + ")))) && ("
+    + _EPHEMERAL_FRESH
+    + "))"
 )
 IMAGE_VOLUMES_APPROVED = (
     "!has(s.volumes) || s.volumes.all(v, !has(v.image) || (has(v.image.reference) && "
     "variables.registries.exists(r, v.image.reference.startsWith(r))))"
+)
+# A preempted or evicted pod keeps its GPUs for its grace period after the queue has
+# given the quota to another job: long enough for an emergency checkpoint (the job
+# templates use 300 s), no longer.
+MAX_GRACE_SECONDS = 900
+GRACE_BOUNDED = (
+    "!has(s.terminationGracePeriodSeconds) || "
+    f"s.terminationGracePeriodSeconds <= {MAX_GRACE_SECONDS}"
+)
+# Labels the job controllers set on the pods they make, and select them by (a job's
+# headless service, its rendezvous name): a pod template carrying another job's would
+# join its service.
+CONTROLLER_LABEL_PREFIXES = (
+    "training.kubeflow.org/",
+    "trainer.kubeflow.org/",
+    "jobset.sigs.k8s.io/",
+    "batch.kubernetes.io/",
+)
+CONTROLLER_LABELS = ("job-name", "controller-uid")
+# A pod spec `s` with the namespace's default service account and no token automount.
+OWN_IDENTITY = (
+    "(!has(s.serviceAccountName) || s.serviceAccountName in ['', 'default']) && "
+    "(!has(s.serviceAccount) || s.serviceAccount in ['', 'default']) && "
+    "(!has(s.automountServiceAccountToken) || !s.automountServiceAccountToken)"
 )
 # A pod spec `s` that the scheduler places: no nodeName, no toleration of every taint.
 SCHEDULED = (
     "(!has(s.nodeName) || s.nodeName == '') && (!has(s.tolerations) || "
     "s.tolerations.all(t, (has(t.key) && t.key != '') || "
     "!has(t.operator) || t.operator != 'Exists'))"
+)
+# A container `c` of pod spec `s` mounts the checkpoint claim only at its job's directory,
+# with the job's name from its controller's label (every entry of that name: the last
+# one wins).
+OWN_CHECKPOINTS = (
+    f"!has(s.volumes) || !s.volumes.exists(v, has(v.persistentVolumeClaim) && "
+    f"v.persistentVolumeClaim.claimName == '{CHECKPOINT_CLAIM}') || "
+    "((has(s.containers) ? s.containers : []) + (has(s.initContainers) ? s.initContainers : []))"
+    ".all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, !s.volumes.exists(v, "
+    "v.name == m.name && has(v.persistentVolumeClaim) && "
+    f"v.persistentVolumeClaim.claimName == '{CHECKPOINT_CLAIM}') || "
+    "((!has(m.subPath) || m.subPath == '') && has(m.subPathExpr) && "
+    f"m.subPathExpr == '{OWN_DIRECTORY}' && has(c.env) && "
+    f"c.env.exists(e, e.name == '{JOB_NAME_VAR}') && c.env.all(e, {_JOB_NAME_FROM_LABEL}))))"
 )
 # An env entry `e` that shows no GPUs; a container `c` whose entries all are.
 VISIBLE_DEVICES_VOID = (
@@ -371,6 +455,20 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
                 "reason": "Forbidden",
             }
         )
+    # The scheduler the cluster's queue works with (Kueue: kube-scheduler, which places by
+    # the flavors and topology Kueue assigns; Volcano: its own, for gangs). The Training
+    # Operator fills schedulerName only where a template leaves it empty.
+    scheduler = {"kueue": "default-scheduler", "volcano": "volcano"}.get(p.scheduler)
+    if scheduler is not None:
+        out.append(
+            {
+                "expression": "variables.podSpecs.all(s, !has(s.schedulerName) || "
+                f"s.schedulerName in ['', '{scheduler}'])",
+                "message": f"training pods are scheduled by {scheduler}, which the cluster's "
+                "queue works with: another schedulerName skips its placement",
+                "reason": "Forbidden",
+            }
+        )
     out += [
         {
             "expression": "variables.attachments.all(a, a.split(',').all(n, n.trim() in "
@@ -413,6 +511,45 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
             "message": "training pods are placed by the scheduler: no nodeName (it skips "
             "scheduling, gang and topology placement) and no toleration of every taint "
             "(an empty key with operator Exists reaches nodes kept for others)",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": "variables.templates.all(t, !has(t.metadata) || "
+            "!has(t.metadata.labels) || t.metadata.labels.all(k, "
+            f"!({' || '.join(f'k.startsWith({x!r})' for x in CONTROLLER_LABEL_PREFIXES)}) && "
+            f"!(k in {list(CONTROLLER_LABELS)}))) && "
+            "variables.podSpecs.all(s, (!has(s.hostname) || s.hostname == '') && "
+            "(!has(s.subdomain) || s.subdomain == ''))",
+            "message": "training pods take their identity from their controller: no labels of "
+            f"its ({', '.join(CONTROLLER_LABEL_PREFIXES)}...), which the services of another "
+            "job select, and no hostname or subdomain (another job's rendezvous address)",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"variables.podSpecs.all(s, {GRACE_BOUNDED}) && "
+            f"variables.patchPodSpecs.all(ps, ps.all(s, {GRACE_BOUNDED}))",
+            "message": "training pods give back their GPUs when preempted: "
+            f"terminationGracePeriodSeconds is at most {MAX_GRACE_SECONDS} (the quota is "
+            "released before the pods are gone)",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"variables.podSpecs.all(s, {OWN_IDENTITY}) && "
+            f"variables.patchPodSpecs.all(ps, ps.all(s, {OWN_IDENTITY}))",
+            "message": "training pods run as the namespace's default service account, without "
+            "its token: no serviceAccountName (another account's permissions, such as an MPI "
+            "launcher's exec into its workers) and no automountServiceAccountToken: true",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"variables.podSpecs.all(s, {OWN_CHECKPOINTS}) && "
+            f"variables.patchPodSpecs.all(ps, ps.all(s, {OWN_CHECKPOINTS})) && "
+            f"variables.trainJobEnvs.all(es, es.all(e, e.name != '{JOB_NAME_VAR}')) && "
+            "variables.patchContainers.all(pcs, pcs.all(cs, cs.all(c, "
+            f"{PATCH_KEEPS_CHECKPOINTS})))",
+            "message": f"a run sees its own checkpoints: the {CHECKPOINT_CLAIM} claim is mounted "
+            f"with subPathExpr {OWN_DIRECTORY} alone, {JOB_NAME_VAR} coming from the job label "
+            "its controller sets (a TrainJob and its runtime patches leave both to the runtime)",
             "reason": "Forbidden",
         },
         {

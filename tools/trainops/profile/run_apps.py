@@ -36,6 +36,8 @@ def _ignore_differences() -> list[dict[str, Any]]:
             "jsonPointers": ["/spec/runPolicy/suspend"],
         },
         {"group": "kubeflow.org", "kind": "MPIJob", "jsonPointers": ["/spec/runPolicy/suspend"]},
+        # A run's batch Job (its data preparation) queues too: Kueue owns its suspend.
+        {"group": "batch", "kind": "Job", "jsonPointers": ["/spec/suspend"]},
         # TrainJob: Kueue flips spec.suspend and, on admission, adds its own
         # runtimePatches entry (manager kueue.x-k8s.io/...) to place the pods.
         {

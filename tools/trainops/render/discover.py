@@ -134,10 +134,13 @@ def _walk(top: Path, excluded: list[Path]) -> Iterable[tuple[str, Path]]:
     inside_kustomization: dict[str, bool] = {}
     for root, dirs, files in os.walk(top):
         root_path = Path(root)
+        # Argo CD's directory generator skips only hidden directories: under runs/, a run
+        # named venv is synced, so it is validated.
+        skipped = set() if root_path.name == "runs" else _SKIPPED_DIRS
         dirs[:] = sorted(
             d
             for d in dirs
-            if d not in _SKIPPED_DIRS
+            if d not in skipped
             and not d.startswith(".")
             and (root_path / d).resolve() not in excluded
         )
