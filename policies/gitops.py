@@ -52,6 +52,76 @@ def run_kind_synced(doc: Document, ctx: Context) -> Iterator[Violation]:
         )
 
 
+# Sync options and hooks that let Argo CD delete or overwrite a live object whatever
+# Application it belongs to: in a run, that object may be another run's job.
+RUN_REFUSED_OPTIONS = ("Replace=true", "Force=true")
+HOOK_ANNOTATIONS = ("argocd.argoproj.io/hook", "argocd.argoproj.io/hook-delete-policy")
+
+
+def run_name(ctx: Context) -> str | None:
+    """The run directory's name: overlays/<cluster>/[teams/<team>/]runs/<run>[/file]."""
+    parts = ctx.target.path.replace("\\", "/").split("/")
+    index = len(parts) - 1 - parts[::-1].index("runs") if "runs" in parts else None
+    if index is None or index + 1 >= len(parts):
+        return None
+    return parts[index + 1]
+
+
+@resource_rule(
+    id="run-job-own-name",
+    severity=ERROR,
+    title="A run's jobs are its own: named after the run, synced as plain resources",
+    why="A run's checkpoint directory is its job's name (subPathExpr $(TRAINER_JOB_NAME), "
+    "from the controller's job label), and two Applications may manage one object. A job "
+    "named after another run, of any kind, reads, deletes or plants that run's "
+    "checkpoints; one of the same kind and name, or a hook (deleted and recreated by name "
+    "on every sync) or Replace/Force sync option, makes Argo CD overwrite or delete that "
+    "run's live job.",
+    fix="Name the job after the run directory (new-run does: the job is <run>, its data "
+    "preparation <run>-prepare) and drop argocd.argoproj.io/hook* and the Replace=true or "
+    "Force=true sync options from the run.",
+    kinds=EVERY_KIND,
+    source=(
+        "docs/security.md#what-a-run-can-and-cannot-do",
+        "https://github.com/argoproj/argo-cd/blob/v3.5.1/gitops-engine/pkg/sync/sync_context.go#L1090-L1093",
+    ),
+)
+def run_job_own_name(doc: Document, ctx: Context) -> Iterator[Violation]:
+    run = run_name(ctx) if ctx.is_run else None
+    if run is None:
+        return
+    group = doc.api_version.rpartition("/")[0]
+    allowed = (run, f"{run}-prepare")
+    if (group, doc.kind) in RUN_KINDS and run.endswith("-prepare"):
+        yield Violation(
+            f"run {run}: a run's name does not end in -prepare, the name of run "
+            f"{run.removesuffix('-prepare')}'s data-preparation Job",
+            ("metadata", "name"),
+        )
+    elif (group, doc.kind) in RUN_KINDS and doc.name not in allowed:
+        yield Violation(
+            f"{doc.kind} {doc.name} in run {run}: a run's job is named {run} (its data "
+            f"preparation {run}-prepare); another name is another run's checkpoint "
+            "directory and live job",
+            ("metadata", "name"),
+        )
+    annotations = mapping(doc.metadata.get("annotations"))
+    for key in HOOK_ANNOTATIONS:
+        if key in annotations:
+            yield Violation(
+                f"{key} in a run: Argo CD deletes and recreates a hook by name on each sync, "
+                "another run's job included",
+                ("metadata", "annotations", key),
+            )
+    for option in sorted(_sync_options(doc)):
+        if option.startswith(RUN_REFUSED_OPTIONS):
+            yield Violation(
+                f"sync option {option} in a run: Argo CD would replace or delete the live "
+                "object, whoever's it is",
+                ("metadata", "annotations", SYNC_OPTIONS),
+            )
+
+
 @resource_rule(
     id="run-ttl",
     severity=WARNING,

@@ -426,6 +426,43 @@ def test_a_run_of_a_kind_no_queue_admits_fails_its_sync(trainops, shared):
     ], found
 
 
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        # Another kind, another run's name: the same checkpoint directory.
+        ("- op: replace\n  path: /metadata/name\n  value: vit-0413", "another run's checkpoint"),
+        (
+            "- op: add\n  path: /metadata/annotations\n  value:\n    argocd.argoproj.io/hook: Sync",
+            "deletes and recreates a hook",
+        ),
+        (
+            "- op: add\n  path: /metadata/annotations\n  value:\n"
+            "    argocd.argoproj.io/sync-options: Replace=true",
+            "sync option Replace=true",
+        ),
+    ],
+)
+def test_a_runs_job_is_its_own(trainops, shared, patch, message):
+    """A job named after another run (of any kind) mounts that run's checkpoints, and a
+    hook or Replace sync option lets Argo CD delete or overwrite a live job by name."""
+    run = shared / "overlays/gpu-east/teams/vision/runs/vit-0412"
+    kustomization = run / "kustomization.yaml"
+    text = kustomization.read_text()
+    assert errors(trainops, shared, "overlays/gpu-east/teams/vision/runs/vit-0412") == []
+    extra = (
+        ("patches:\n" if "patches:" not in text else "")
+        + "- target:\n    kind: PyTorchJob\n  patch: |-\n"
+        + "".join(f"    {line}\n" for line in patch.splitlines())
+    )
+    try:
+        kustomization.write_text(text.rstrip("\n") + "\n" + extra)
+        found = errors(trainops, shared, "overlays/gpu-east/teams/vision/runs/vit-0412")
+    finally:
+        kustomization.write_text(text)
+    mine = [f["message"] for f in found if f["rule"] == "run-job-own-name"]
+    assert mine and message in mine[0], found
+
+
 # -- every kind that makes pods passes the same gate -------------------------------------
 
 GPU_POD = {

@@ -536,6 +536,23 @@ def test_a_team_pod_mounts_only_its_own_checkpoint_directory(mount, env, denied)
     [
         {"trainer": {"env": [{"name": "TRAINER_JOB_NAME", "value": "llama-1124"}]}},
         {"runtimePatches": _patch({"containers": [{"name": "node", "env": [JOB_NAME]}]})},
+        # A volume of the claim in one patch, mounted by another patch's container.
+        {
+            "runtimePatches": _patch(
+                {
+                    "volumes": [
+                        {"name": "all", "persistentVolumeClaim": {"claimName": "checkpoints"}}
+                    ]
+                }
+            )
+            + _patch(
+                {
+                    "containers": [
+                        {"name": "node", "volumeMounts": [{"name": "all", "mountPath": "/a"}]}
+                    ]
+                }
+            )
+        },
         {
             "runtimePatches": _patch(
                 {

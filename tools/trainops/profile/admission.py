@@ -282,6 +282,12 @@ PATCH_KEEPS_CHECKPOINTS = (
     f"(!has(c.env) || c.env.all(e, e.name != '{JOB_NAME_VAR}')) && "
     f"(!has(c.volumeMounts) || c.volumeMounts.all(m, m.name != '{CHECKPOINT_CLAIM}'))"
 )
+# A runtime patch's pod spec `s` adds no volume of the checkpoint claim: patches merge, so
+# one patch's volume could be mounted by another's container.
+PATCH_NO_CHECKPOINT_VOLUME = (
+    "!has(s.volumes) || s.volumes.all(v, !has(v.persistentVolumeClaim) || "
+    f"v.persistentVolumeClaim.claimName != '{CHECKPOINT_CLAIM}')"
+)
 # An ephemeral volume cloned from another claim (the checkpoints) reads every run's data.
 _EPHEMERAL_FRESH = (
     "!has(v.ephemeral) || !has(v.ephemeral.volumeClaimTemplate) || "
@@ -543,7 +549,7 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
         },
         {
             "expression": f"variables.podSpecs.all(s, {OWN_CHECKPOINTS}) && "
-            f"variables.patchPodSpecs.all(ps, ps.all(s, {OWN_CHECKPOINTS})) && "
+            f"variables.patchPodSpecs.all(ps, ps.all(s, {PATCH_NO_CHECKPOINT_VOLUME})) && "
             f"variables.trainJobEnvs.all(es, es.all(e, e.name != '{JOB_NAME_VAR}')) && "
             "variables.patchContainers.all(pcs, pcs.all(cs, cs.all(c, "
             f"{PATCH_KEEPS_CHECKPOINTS})))",
