@@ -15,7 +15,7 @@ from trainops.render.remote import parse_remote
 
 CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  k: v\n"
 RUN_JOB = (
-    "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: run\nspec:\n  template:\n"
+    "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: r1\nspec:\n  template:\n"
     "    spec:\n      restartPolicy: Never\n      containers:\n      - name: main\n"
     "        image: ghcr.io/example-org/prep:1.0.0\n"
 )
@@ -42,7 +42,7 @@ def tree(tmp_path: Path) -> Path:
         root / "overlays" / "lab" / "runs" / "r1" / "kustomization.yaml",
         "resources:\n- cm.yaml\n",
     )
-    # A run holds job kinds only (run-kind-synced): a batch Job.
+    # A run holds job kinds only (run-kind-synced), named after it (run-job-own-name).
     write(root / "overlays" / "lab" / "runs" / "r1" / "cm.yaml", RUN_JOB)
     write(root / "loose" / "a.yaml", "# leading comment\n\n" + CM.format(name="loose"))
     return root
@@ -54,7 +54,7 @@ def test_discovery_renders_kustomizations_and_loose_files_only(trainops, tree: P
     records = json.loads(run.out)
     assert [(r["source"], r["object"]["metadata"]["name"]) for r in records] == [
         ("overlays/lab", "lab-base"),
-        ("overlays/lab/runs/r1", "run"),
+        ("overlays/lab/runs/r1", "r1"),
         ("loose/a.yaml:3", "loose"),
     ]
     assert records[0]["object"]["metadata"]["labels"] == {"fabric": "tcp"}
@@ -69,7 +69,7 @@ def test_a_line_that_only_looks_like_a_component_kind_keeps_the_run_a_target(tra
     )
     run = trainops("render", "--format", "json", "overlays", cwd=tree)
     assert run.code == 0, run.err
-    assert ("overlays/lab/runs/r1", "run") in [
+    assert ("overlays/lab/runs/r1", "r1") in [
         (r["source"], r["object"]["metadata"]["name"]) for r in json.loads(run.out)
     ]
 
@@ -81,7 +81,7 @@ def test_a_run_directory_without_a_kustomization_renders_as_argo_cd_syncs_it(tra
     run = trainops("render", "--format", "json", "overlays", cwd=tree)
     assert run.code == 0, run.err
     sources = [(r["source"], r["object"]["metadata"]["name"]) for r in json.loads(run.out)]
-    assert ("overlays/lab/runs/plain/job.yaml:1", "run") in sources
+    assert ("overlays/lab/runs/plain/job.yaml:1", "r1") in sources
     assert not [s for s in sources if "deeper" in s[0]]
 
 
@@ -110,7 +110,7 @@ def reversing_kustomize(tmp_path: Path) -> dict:
         f"""#!/bin/sh
 # The run is known by its manifest, or as what a wrapper kustomization (the build with
 # origin annotations) names.
-if grep -qs "name: run" "$2/cm.yaml" || grep -qs "runs/r1" "$2/kustomization.yaml"; then
+if grep -qs "name: r1" "$2/cm.yaml" || grep -qs "runs/r1" "$2/kustomization.yaml"; then
   {kubectl} kustomize "$2"; status=$?; touch {run_built}; exit $status
 fi
 tries=0

@@ -48,7 +48,7 @@ def alone(path: Path) -> str:
     """The output of one kustomization built by itself, as the renderer keeps it."""
     renderer = Renderer(RenderOptions(mirror=MIRROR, jobs=1))
     (plan,) = renderer.plan([Target("kustomization", str(path))])
-    return renderer._build(plan.inputs, str(path))[0]
+    return renderer._build(plan.inputs, plan.target)[0]
 
 
 def rendered(paths: list[Path], jobs: int = 1, cache: Cache | None = None) -> tuple[list[str], int]:
