@@ -135,7 +135,8 @@ def _listed(ports: Any) -> str:
     "transport (and Gloo's), so a policy admitting the job's pods on the rendezvous port "
     "only, or not at all, lets the job start and hangs it at its first collective.",
     fix="Add a rule that allows the job's own pods (podSelector on the job-name label) on "
-    "all ports, in each direction the policy isolates.",
+    "all ports, in each direction the policy isolates. In a trainops run, that is the "
+    "template's NetworkPolicy renamed with the job, as new-run writes it.",
     applies=common.training_pod,
     source=(NETWORK_POLICY, NCCL_BOOTSTRAP),
 )

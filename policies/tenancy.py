@@ -16,7 +16,15 @@ from typing import Any
 from trainops.model import ERROR, Document
 from trainops.policy import Context, Violation, needs, pod_rule, resource_rule
 from trainops.policy.pods import REPLICA_FIELDS, TRAINING_KINDS, PodTemplate, dicts, mapping
-from trainops.profile.tenancy import PARAMS, PRIORITY_LABEL, QUEUE_LABEL, TEAM_LABEL
+from trainops.profile.tenancy import (
+    JOB_LABELS,
+    JOBS_APART,
+    METRICS_PORT,
+    PARAMS,
+    PRIORITY_LABEL,
+    QUEUE_LABEL,
+    TEAM_LABEL,
+)
 
 JOB_KINDS = (*REPLICA_FIELDS, "TrainJob")
 # The cluster's generated admission policy refuses what these rules report (a
@@ -27,6 +35,7 @@ DEFAULT_NETWORK = "v1.multus-cni.io/default-network"  # Multus: replaces the clu
 VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
 SCHEDULING = ("spec", "runPolicy", "schedulingPolicy")
 SCHEDULER_LABEL = "trainops.dev/scheduler"  # set by base/components/scheduler/*
+JOB_NAME_LABELS = tuple(dict.fromkeys(JOB_LABELS.values()))
 
 
 def params(ctx: Context, namespace: str) -> dict[str, str] | None:
@@ -258,3 +267,79 @@ def image_registry_approved(pod: PodTemplate, ctx: Context) -> Iterator[Violatio
                 f"not from {', '.join(approved)}",
                 (*pod.path, "volumes", index, "image", "reference"),
             )
+
+
+def _job_of_selector(selector: Any) -> tuple[str, str] | None:
+    """The job a pod selector names by its controller's job label, if it names one."""
+    labels = mapping(mapping(selector).get("matchLabels"))
+    for key in JOB_NAME_LABELS:
+        if isinstance(labels.get(key), str):
+            return key, labels[key]
+    return None
+
+
+def _opens_metrics_only(ports: Any) -> bool:
+    """Whether a rule's ports are the named metrics port alone (numbers name no one port)."""
+    return (
+        isinstance(ports, list)
+        and bool(ports)
+        and all(
+            isinstance(port, dict) and port.get("port") == METRICS_PORT and "endPort" not in port
+            for port in ports
+        )
+    )
+
+
+@resource_rule(
+    id="network-policy-own-job",
+    severity=ERROR,
+    source=TENANCY,
+    title="In a team namespace, a NetworkPolicy opens a job's pods to that job's pods only",
+    why="The tenant namespaces admit no connection between pods (the platform's "
+    f"{JOBS_APART} policy opens only the metrics port), so no run reaches another job's "
+    "rendezvous, TCPStore or NCCL sockets; each job's own policy opens its pods to each "
+    "other. NetworkPolicies add up: one that selects another job's pods and admits any "
+    "other pod, namespace or address reopens that job, and one that isolates egress can "
+    "cut every pod it selects off the network. The admission policy refuses both.",
+    fix="Keep the policy new-run writes: named after the job, selecting the job's pods by "
+    "their controller's job label and admitting the pods of the same label value.",
+    kinds=("NetworkPolicy",),
+)
+def network_policy_own_job(doc: Document, ctx: Context) -> Iterator[Violation]:
+    if params(ctx, doc.namespace or "default") is None:
+        return
+    spec = mapping(doc.obj.get("spec"))
+    types = spec.get("policyTypes") if isinstance(spec.get("policyTypes"), list) else []
+    if "egress" in spec or "Egress" in types:
+        yield Violation(
+            "the policy isolates egress: in a team namespace a NetworkPolicy isolates "
+            "ingress only, or it can cut other jobs' pods off the network",
+            ("spec", "policyTypes") if "Egress" in types else ("spec", "egress"),
+        )
+    job = _job_of_selector(spec.get("podSelector"))
+    for index, rule in enumerate(spec.get("ingress") or []):
+        rule = mapping(rule)
+        peers = rule.get("from")
+        if not peers:
+            if not _opens_metrics_only(rule.get("ports")):
+                yield Violation(
+                    f"ingress rule {index} admits every pod and address on ports other than "
+                    f"{METRICS_PORT}: a job's pods admit their own job's pods only",
+                    ("spec", "ingress", index),
+                )
+            continue
+        for position, peer in enumerate(peers if isinstance(peers, list) else [None]):
+            peer = mapping(peer)
+            own = (
+                job is not None
+                and set(peer) == {"podSelector"}
+                and mapping(mapping(peer["podSelector"]).get("matchLabels")).get(job[0]) == job[1]
+            )
+            if not own:
+                whose = f"job {job[1]}'s pods" if job else "pods of no one job"
+                yield Violation(
+                    f"ingress rule {index} admits peer {position} into {whose}: only the pods "
+                    f"of the same job ({' or '.join(JOB_NAME_LABELS)} of the selected pods) "
+                    "may come in",
+                    ("spec", "ingress", index, "from", position),
+                )

@@ -15,6 +15,7 @@ from tests.workspace import make_workspace
 from trainops.cache import Cache
 from trainops.config import load_project_config
 from trainops.model import Target
+from trainops.profile import tenancy
 from trainops.profile.model import load_profile
 from trainops.profile.overlay import generate
 from trainops.profile.projects import render_projects
@@ -58,6 +59,12 @@ def kustomize(shared_cache_dir: Path):
         return [doc.obj for doc in result.documents]
 
     return render
+
+
+def the_job(docs: list[dict]) -> dict:
+    """The one job of a template's or run's render (beside its NetworkPolicy)."""
+    [job] = [d for d in docs if d["kind"] != "NetworkPolicy"]
+    return job
 
 
 def assert_own_checkpoint_directory(container: dict, job_label: str, mounted: bool = True) -> None:
@@ -138,7 +145,7 @@ def test_an_overlay_nccl_patch_keeps_every_other_variable(tmp_path: Path, kustom
         overlay / "nccl.yaml",
         WORKER_NCCL_PATCH,
     )
-    [job] = kustomize(overlay)
+    job = the_job(kustomize(overlay))
     specs = dict(pod_specs(job))
     worker = container_env(specs["Worker"]["containers"][0])
     master = container_env(specs["Master"]["containers"][0])
@@ -169,20 +176,20 @@ def test_without_the_merge_keys_component_the_same_patch_drops_variables(tmp_pat
         overlay / "p.yaml",
         WORKER_NCCL_PATCH,
     )
-    [rendered] = kustomize(overlay)
+    rendered = the_job(kustomize(overlay))
     worker = dict(pod_specs(rendered))["Worker"]["containers"][0]
     assert container_env(worker) == {"NCCL_IB_TIMEOUT": "23"}
     assert "image" not in worker  # the whole container was replaced
     merge_keys = os.path.relpath(REPO / "base/components/merge-keys", base)
     write(base / "kustomization.yaml", f"resources:\n- job.yaml\ncomponents:\n- {merge_keys}\n")
-    [merged] = kustomize(overlay)
+    merged = the_job(kustomize(overlay))
     worker = dict(pod_specs(merged))["Worker"]["containers"][0]
     assert {"NCCL_DEBUG", "NCCL_IB_TIMEOUT"} <= set(container_env(worker))
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
 def test_mpi_launcher_forwards_every_worker_variable(cluster, kustomize):
-    [job] = kustomize(REPO / "overlays" / cluster / "training" / "mpijob")
+    job = the_job(kustomize(REPO / "overlays" / cluster / "training" / "mpijob"))
     specs = dict(pod_specs(job))
     launcher = specs["Launcher"]["containers"][0]
     worker = specs["Worker"]["containers"][0]
@@ -207,7 +214,7 @@ def test_mpi_launcher_forwards_every_worker_variable(cluster, kustomize):
 @pytest.mark.parametrize("cluster", V1_CLUSTERS)
 def test_templates_honour_the_profile(cluster, kustomize):
     profile = load_profile(REPO / "overlays" / cluster / "cluster.yaml")
-    [job] = kustomize(REPO / "overlays" / cluster / "training" / "pytorchjob")
+    job = the_job(kustomize(REPO / "overlays" / cluster / "training" / "pytorchjob"))
     assert job["spec"]["nprocPerNode"] == str(profile.gpusPerNode)
     assert "backoffLimit" not in job["spec"]["runPolicy"]  # counts nothing under ExitCode
     for role, spec in pod_specs(job):
@@ -293,7 +300,7 @@ def test_volcano_cluster_turns_on_gang_scheduling_for_all_pods(kustomize):
         "--gang-scheduler-name=volcano"
         in operator["spec"]["template"]["spec"]["containers"][0]["args"]
     )
-    [run] = kustomize(REPO / "overlays/prod-ib/runs/cnn-mpi-1121")
+    run = the_job(kustomize(REPO / "overlays/prod-ib/runs/cnn-mpi-1121"))
     replicas = sum(r["replicas"] for r in run["spec"]["mpiReplicaSpecs"].values())
     assert run["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == replicas
 
@@ -304,7 +311,7 @@ def test_runs_set_only_what_a_run_changes(kustomize):
             kustomization = yaml.safe_load((run_dir / "kustomization.yaml").read_text())
             assert set(kustomization) <= {"apiVersion", "kind", "resources", "images", "patches"}
             assert kustomization["resources"][0].startswith("../../training/")
-            [job] = kustomize(run_dir)
+            job = the_job(kustomize(run_dir))
             assert job["metadata"]["name"] == run_dir.name
             assert "ttlSecondsAfterFinished" not in job["spec"].get("runPolicy", {})
 
@@ -434,7 +441,7 @@ def test_mpi_operator_cluster_has_one_owner_of_the_mpijob_crd(kustomize):
 
 def test_v2beta1_mpijob_template_keeps_every_promise_of_the_v1_one(kustomize):
     profile = load_profile(REPO / "overlays/prod-b200/cluster.yaml")
-    [job] = kustomize(REPO / "overlays/prod-b200/training/mpijob")
+    job = the_job(kustomize(REPO / "overlays/prod-b200/training/mpijob"))
     spec = job["spec"]
     assert job["apiVersion"] == "kubeflow.org/v2beta1"
     assert spec["mpiImplementation"] == "OpenMPI"
@@ -616,7 +623,7 @@ def test_cluster_runtimes_carry_everything_the_v1_templates_carry(name, kustomiz
 
 def test_trainjob_run_names_its_clusters_runtime_and_queue(kustomize):
     profile = load_profile(REPO / "overlays/prod-b200/cluster.yaml")
-    [job] = kustomize(REPO / "overlays/prod-b200/runs/llama-pretrain-1124")
+    job = the_job(kustomize(REPO / "overlays/prod-b200/runs/llama-pretrain-1124"))
     assert job["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
     assert job["spec"]["runtimeRef"] == {"name": f"torch-distributed-{profile.fabric}"}
     assert job["spec"]["trainer"]["numProcPerNode"] == profile.gpusPerNode
@@ -624,3 +631,25 @@ def test_trainjob_run_names_its_clusters_runtime_and_queue(kustomize):
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == profile.queue
     # Only what a run decides: the rest is the runtime's.
     assert set(job["spec"]["trainer"]) == {"numNodes", "numProcPerNode", "args"}
+
+
+NOT_JOBS = ("cluster", "runtimes")  # a Component, the cluster's training runtimes
+
+
+@pytest.mark.parametrize("cluster", ["lab-tcp", "prod-b200", "prod-ib", "prod-roce"])
+def test_every_template_opens_its_jobs_pods_to_each_other_alone(cluster, kustomize):
+    """Each template's NetworkPolicy is the one tenancy declares for its job, renamed with
+    the job (torchtitan, the fabric acceptance test); the namespace isolates the rest."""
+    for template in sorted((REPO / "overlays" / cluster / "training").iterdir()):
+        if not (template / "kustomization.yaml").is_file() or template.name in NOT_JOBS:
+            continue
+        docs = kustomize(template)
+        jobs = [d for d in docs if d["kind"] in tenancy.JOB_LABELS]
+        policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+        assert len(jobs) == 1, template
+        job = jobs[0]["metadata"]
+        expected = tenancy.job_network_policy(jobs[0]["kind"], job["name"], job["namespace"])
+        assert policies == [expected], template
+    platform = kustomize(REPO / "overlays" / cluster)
+    [apart] = [d for d in platform if d["metadata"]["name"] == tenancy.JOBS_APART]
+    assert apart["metadata"]["namespace"] == "training"

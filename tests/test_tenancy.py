@@ -95,6 +95,11 @@ def rendered(trainops, root: Path, path: str) -> list[dict]:
     return [r["object"] for r in json.loads(run.out)]
 
 
+def jobs_of(docs: list[dict]) -> list[dict]:
+    """A run's render but its NetworkPolicy: the job (and its data preparation)."""
+    return [d for d in docs if d["kind"] != "NetworkPolicy"]
+
+
 def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
     return {
         f"{d['metadata'].get('namespace', '')}/{d['metadata']['name']}".lstrip("/"): d
@@ -154,7 +159,7 @@ def test_kueue_teams_get_namespaces_queues_in_one_cohort_priorities_and_topology
 
 
 def test_a_team_run_is_in_its_namespace_queue_priority_and_topology(trainops, shared):
-    [job] = rendered(trainops, shared, "overlays/gpu-east/teams/vision/runs/vit-0412")
+    [job] = jobs_of(rendered(trainops, shared, "overlays/gpu-east/teams/vision/runs/vit-0412"))
     assert job["metadata"]["namespace"] == "vision"
     labels = job["metadata"]["labels"]
     assert labels["trainops.dev/team"] == "vision"
@@ -191,7 +196,7 @@ def test_volcano_teams_get_queues_with_deserved_quota_and_the_capacity_plugin(tr
     assert "capacity" in plugins and "proportion" not in plugins
     assert "network-topology-aware" in plugins
     assert "reclaim" in scheduler["actions"] and "preempt" in scheduler["actions"]
-    [trainjob] = rendered(trainops, shared, "overlays/gpu-west/teams/nlp/runs/bert-0413")
+    [trainjob] = jobs_of(rendered(trainops, shared, "overlays/gpu-west/teams/nlp/runs/bert-0413"))
     [patch] = trainjob["spec"]["runtimePatches"]
     annotations = patch["trainingRuntimeSpec"]["template"]["metadata"]["annotations"]
     assert annotations == {"scheduling.volcano.sh/queue-name": "nlp"}
@@ -214,6 +219,7 @@ def test_argo_cd_gives_each_team_a_project_and_runs_application_set_of_its_own(t
         "TFJob",
         "TrainJob",
         "Job",  # a run's data-preparation Job
+        "NetworkPolicy",  # the job's, opening its pods to each other
     }
     # The platform project reaches the team namespaces (their queues, claims, networks).
     platform = projects["trainops-platform"]["destinations"]
@@ -758,3 +764,93 @@ def test_a_team_run_larger_than_all_its_cohort_can_lend_is_never_admitted(traino
     finally:
         shutil.rmtree(shared / run)
     assert too_big and "could lend" in too_big[0]["message"], too_big
+
+
+# -- the jobs of one namespace reach their own pods only ---------------------------------
+
+RUNS = {
+    "overlays/gpu-east/teams/vision/runs/vit-0412": ("vit-0412", "training.kubeflow.org/job-name"),
+    "overlays/gpu-east/teams/nlp/runs/bert-0412": ("bert-0412", "training.kubeflow.org/job-name"),
+    "overlays/gpu-west/teams/nlp/runs/bert-0413": ("bert-0413", "jobset.sigs.k8s.io/jobset-name"),
+}
+
+
+@pytest.mark.parametrize("path", sorted(RUNS))
+def test_a_runs_pods_admit_their_own_job_alone(trainops, shared, path):
+    name, label = RUNS[path]
+    own = {"matchLabels": {label: name}}
+    policy = by_kind(rendered(trainops, shared, path), "NetworkPolicy")
+    team = path.split("/")[3]
+    assert policy == {
+        f"{team}/{name}": {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": team},
+            "spec": {
+                "podSelector": own,
+                "policyTypes": ["Ingress"],
+                "ingress": [{"from": [{"podSelector": own}]}],
+            },
+        }
+    }
+    # The team's namespace isolates every pod but for the metrics port.
+    cluster = path.split("/")[1]
+    apart = by_kind(rendered(trainops, shared, f"overlays/{cluster}"), "NetworkPolicy")
+    assert apart[f"{team}/trainops-jobs-apart"]["spec"]["ingress"] == [
+        {"ports": [{"protocol": "TCP", "port": "metrics"}]}
+    ]
+
+
+def _edited_run(shared, path: str, edit) -> tuple[Path, str]:
+    kustomization = shared / path / "kustomization.yaml"
+    text = kustomization.read_text()
+    kustomization.write_text(edit(text))
+    return kustomization, text
+
+
+@pytest.mark.parametrize("path", sorted(RUNS))
+def test_a_run_that_leaves_its_network_policy_behind_hangs(trainops, shared, path):
+    """Renamed job, template's policy kept: the namespace's isolation drops the ranks'
+    connections to each other."""
+
+    def keep_the_templates_policy(text: str) -> str:
+        return text[: text.index("- target:\n    kind: NetworkPolicy")]
+
+    kustomization, text = _edited_run(shared, path, keep_the_templates_policy)
+    try:
+        found = errors(trainops, shared, path)
+    finally:
+        kustomization.write_text(text)
+    rules = {f["rule"] for f in found}
+    assert {"network-policy-job-peers", "run-job-own-name"} <= rules, found
+    assert errors(trainops, shared, path) == []
+
+
+@pytest.mark.parametrize(
+    "peers",
+    [
+        [{"podSelector": {"matchLabels": {"app.kubernetes.io/part-of": "trainops"}}}],
+        [{"namespaceSelector": {}}],
+        [{"ipBlock": {"cidr": "10.0.0.0/8"}}],
+    ],
+)
+def test_a_run_cannot_reopen_another_jobs_pods(trainops, shared, peers):
+    """A policy of its own name in the run, selecting another run's pods (vit-0412's) and
+    admitting anyone: refused by the rule and by the cluster's admission policy."""
+    path = "overlays/gpu-east/teams/nlp/runs/bert-0412"
+    selector = {"matchLabels": {"training.kubeflow.org/job-name": "vit-0412"}}
+    ops = [
+        {"op": "replace", "path": "/spec/podSelector", "value": selector},
+        {"op": "add", "path": "/spec/ingress/-", "value": {"from": peers}},
+    ]
+    patch = "- target:\n    kind: NetworkPolicy\n  patch: |-\n" + "".join(
+        f"    {line}\n" for line in yaml.safe_dump(ops).splitlines()
+    )
+    kustomization, text = _edited_run(shared, path, lambda t: t.rstrip("\n") + "\n" + patch)
+    try:
+        found = errors(trainops, shared, path)
+    finally:
+        kustomization.write_text(text)
+    by_rule = {f["rule"]: f["message"] for f in found}
+    assert "vit-0412's pods" in by_rule.get("network-policy-own-job", ""), found
+    assert "trainops-runs-network" in by_rule.get("admission-policy", ""), found

@@ -53,7 +53,7 @@ def test_clusters_with_the_training_operator_offer_torchtitan_and_only_they():
 def test_each_clusters_torchtitan_template_renders_and_validates_clean(trainops, workspace):
     paths = [f"overlays/{name}/training/torchtitan" for name in offering()]
     report = validate_clean(trainops, workspace, *paths)
-    assert report["summary"]["resources"] == len(paths)
+    assert report["summary"]["resources"] == 2 * len(paths)  # each job and its policy
     assert not [f for f in report["findings"] if f["severity"] == "warning"]
     for path in paths:
         (job,) = rendered_jobs(trainops, workspace, path)
@@ -102,7 +102,7 @@ def test_new_run_torchtitan_renders_validates_and_keeps_the_platform_command(tra
     assert run.code == 0, run.err
     path = "overlays/prod-roce/runs/llama3-8b-1"
     report = validate_clean(trainops, workspace, path)
-    assert report["summary"]["resources"] == 1
+    assert report["summary"]["resources"] == 2  # the job and its NetworkPolicy
     (job,) = rendered_jobs(trainops, workspace, path)
     assert job["metadata"]["name"] == "llama3-8b-1"
     assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2

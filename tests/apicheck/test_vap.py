@@ -676,3 +676,58 @@ def test_the_controllers_the_policy_trusts_are_the_installs_service_accounts(dir
     namespace = overlay.OPERATOR_NAMESPACES[directory]
     trusted = f"system:serviceaccount:{namespace}:{overlay.OPERATOR_CONTROLLERS[directory]}"
     assert trusted in accounts, accounts
+
+
+def _network_policy(spec: dict, namespace: str = "vision") -> dict:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "vit", "namespace": namespace},
+        "spec": spec,
+    }
+
+
+JOB_PODS = {"matchLabels": {"training.kubeflow.org/job-name": "vit"}}
+OTHER_PODS = {"matchLabels": {"training.kubeflow.org/job-name": "llama"}}
+
+
+@pytest.mark.parametrize(
+    "spec, denied",
+    [
+        # What the templates and new-run write, for either kind of job label.
+        (tenancy.job_network_policy("PyTorchJob", "vit")["spec"], False),
+        (tenancy.job_network_policy("TrainJob", "vit")["spec"], False),
+        # The namespace's own: only the metrics port, to all.
+        (tenancy.jobs_apart("vision")["spec"], False),
+        ({"podSelector": JOB_PODS, "policyTypes": ["Ingress"]}, False),  # admits nothing
+        # Reopening a job: to another job's pods, every pod, another namespace, addresses.
+        ({"podSelector": JOB_PODS, "ingress": [{"from": [{"podSelector": OTHER_PODS}]}]}, True),
+        ({"podSelector": JOB_PODS, "ingress": [{}]}, True),
+        ({"podSelector": {}, "ingress": [{"from": [{"podSelector": OTHER_PODS}]}]}, True),
+        (
+            {
+                "podSelector": JOB_PODS,
+                "ingress": [{"from": [{"podSelector": JOB_PODS, "namespaceSelector": {}}]}],
+            },
+            True,
+        ),
+        ({"podSelector": JOB_PODS, "ingress": [{"from": [{"ipBlock": {"cidr": "0/0"}}]}]}, True),
+        (
+            {
+                "podSelector": {"matchLabels": {"app": "x"}},
+                "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "x"}}}]}],
+            },
+            True,
+        ),
+        ({"podSelector": {}, "ingress": [{"ports": [{"port": 29500}]}]}, True),
+        ({"podSelector": {}, "ingress": [{"ports": [{"port": "metrics", "endPort": 9}]}]}, True),
+        # Isolating egress cuts the selected pods off.
+        ({"podSelector": {}, "policyTypes": ["Egress"]}, True),
+        ({"podSelector": JOB_PODS, "egress": [{"to": [{"podSelector": JOB_PODS}]}]}, True),
+    ],
+)
+def test_a_network_policy_in_a_team_namespace_opens_a_job_to_itself_alone(spec, denied):
+    docs = platform(cluster("kueue"))
+    assert bool(denials(docs, _network_policy(spec))) is denied
+    # Outside the tenant namespaces the platform makes no claim.
+    assert denials(docs, _network_policy(spec, namespace="kube-system")) == []

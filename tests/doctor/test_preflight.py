@@ -265,6 +265,13 @@ def test_emit_job_prints_a_preflight_job_without_sync_hooks(trainops):
     assert "name: pf-drill" in run.out and "- trainer-acceptance" in run.out
     assert "argocd.argoproj.io/hook" not in run.out
     assert "NCCL_IB_TIMEOUT" in run.out  # the cluster's fabric settings come along
+    # Its NetworkPolicy, renamed with it: the namespace admits nothing else between pods.
+    job, policy = yaml.safe_load_all(run.out)
+    assert policy["kind"] == "NetworkPolicy" and policy["metadata"]["name"] == "pf-drill"
+    own = {"matchLabels": {"training.kubeflow.org/job-name": "pf-drill"}}
+    assert policy["spec"]["podSelector"] == own
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": own}]}]
+    assert policy["metadata"]["namespace"] == job["metadata"]["namespace"] == "training"
 
 
 def test_preflight_needs_a_cluster_overlay(trainops):

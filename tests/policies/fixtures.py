@@ -13,6 +13,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from trainops.profile import tenancy
+
 Docs = list[dict[str, Any]]
 
 NAMESPACE = "training"
@@ -2008,6 +2010,21 @@ def _attachment(value: str) -> Callable[[Docs], None]:
     return change
 
 
+def _job_network_policy(own: bool) -> Callable[[Docs], None]:
+    """A team namespace, the job's NetworkPolicy admitting its own pods or every trainops
+    pod (every job's, as their common label selects them)."""
+
+    def change(docs: Docs) -> None:
+        _tenant(TEAM_JOB)(docs)
+        policy = tenancy.job_network_policy("PyTorchJob", job(docs)["metadata"]["name"], NAMESPACE)
+        if not own:
+            peers = {"matchLabels": {"app.kubernetes.io/part-of": "trainops"}}
+            policy["spec"]["ingress"] = [{"from": [{"podSelector": peers}]}]
+        docs.append(policy)
+
+    return change
+
+
 def admission_policy() -> Docs:
     """A namespace bound to a policy whose params say which team owns it."""
     return [
@@ -2126,6 +2143,10 @@ FIXTURES.update(
         "image-registry-approved": (
             edit(_tenant(TEAM_JOB, registries="ghcr.io/acme/")),
             edit(_tenant(TEAM_JOB, registries="ghcr.io/acme/,registry.example.com/")),
+        ),
+        "network-policy-own-job": (
+            edit(_job_network_policy(own=False)),
+            edit(_job_network_policy(own=True)),
         ),
         "admission-policy": (_admitted(None), _admitted("vision")),
         "topology-level-known": (

@@ -22,6 +22,7 @@ from trainops.errors import InputError
 from trainops.model import Target
 from trainops.preflight import FAIL, PASS, WARN, run_checks
 from trainops.preflight.fabric import checkpoint_probe
+from trainops.profile import tenancy
 from trainops.profile.model import load_profile
 from trainops.render.discover import display_path, kustomization_file
 from trainops.yamlio import dump
@@ -127,4 +128,8 @@ def _job_yaml(renderer, overlay: Path, name: str | None) -> str:
     annotations = job["metadata"].get("annotations") or {}
     for key in [k for k in annotations if k.startswith("argocd.argoproj.io/")]:
         del annotations[key]  # a job created by hand is not a sync hook
-    return dump(job)
+    # The namespace admits nothing between pods but what a job's own policy opens.
+    policy = tenancy.job_network_policy(
+        jobs[0].kind, job["metadata"]["name"], job["metadata"].get("namespace")
+    )
+    return dump(job) + "---\n" + dump(policy)

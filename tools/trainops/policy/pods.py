@@ -193,10 +193,13 @@ class PodTemplate:
 
 
 def effective_labels(pod: PodTemplate) -> dict[str, Any]:
-    """The labels the pod will carry: its template's, plus those a training operator adds
-    with one value for every pod of the replica (job name and replica type)."""
+    """The labels the pod will carry: its template's, plus those its job's controller adds
+    with one value for every pod of the replica: the Training and MPI Operators' job name
+    and replica type, JobSet's job set name (a TrainJob's JobSet is named after it)."""
     labels = dict(pod.labels)
-    if pod.training:
+    if pod.doc.kind in ("TrainJob", "JobSet"):
+        labels.setdefault("jobset.sigs.k8s.io/jobset-name", pod.doc.name)
+    elif pod.training:
         labels.setdefault("training.kubeflow.org/job-name", pod.doc.name)
         labels.setdefault("training.kubeflow.org/replica-type", pod.role.lower())
     return labels

@@ -54,6 +54,8 @@ from typing import Any
 
 from trainops.profile.model import ClusterProfile
 from trainops.profile.tenancy import (
+    JOB_LABELS,
+    METRICS_PORT,
     PARAMS,
     PRIORITY_LABEL,
     QUEUE_LABEL,
@@ -583,6 +585,86 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
     return out
 
 
+NETWORK_POLICY = "trainops-runs-network"
+# The job labels a policy's podSelector may name its job by (tenancy.JOB_LABELS).
+_JOB_KEYS = _kinds(tuple(dict.fromkeys(JOB_LABELS.values())))
+_SELECTED = "object.spec.podSelector.matchLabels"
+_METRICS_ONLY = (
+    "has(r.ports) && size(r.ports) > 0 && r.ports.all(pt, has(pt.port) && "
+    f"type(pt.port) == string && pt.port == '{METRICS_PORT}' && !has(pt.endPort))"
+)
+_OWN_PEER = (
+    "!has(f.namespaceSelector) && !has(f.ipBlock) && has(f.podSelector) && "
+    "has(f.podSelector.matchLabels) && variables.jobKeys.exists(k, "
+    f"k in f.podSelector.matchLabels && f.podSelector.matchLabels[k] == {_SELECTED}[k])"
+)
+
+
+def _network_policy(annotations: dict[str, str]) -> list[dict[str, Any]]:
+    """The gate on NetworkPolicies in tenant namespaces (policies/tenancy.py
+    network-policy-own-job): each opens a job's pods to that job's pods, or the metrics
+    port to all, and none isolates egress. The platform's trainops-jobs-apart passes."""
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": NETWORK_POLICY, "annotations": annotations},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["networking.k8s.io"],
+                        "apiVersions": ["*"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["networkpolicies"],
+                    }
+                ]
+            },
+            "variables": [
+                {
+                    "name": "jobKeys",
+                    "expression": f"has({_SELECTED}) ? "
+                    f"{_JOB_KEYS}.filter(k, k in {_SELECTED}) : []",
+                }
+            ],
+            "validations": [
+                {
+                    "expression": "!has(object.spec.egress) && (!has(object.spec.policyTypes) "
+                    "|| !('Egress' in object.spec.policyTypes))",
+                    "message": "NetworkPolicies in a team namespace isolate ingress only (one "
+                    "isolating egress can cut other jobs' pods off the network)",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "!has(object.spec.ingress) || object.spec.ingress.all(r, "
+                    f"(!has(r.from) || size(r.from) == 0) ? ({_METRICS_ONLY}) : "
+                    f"r.from.all(f, {_OWN_PEER}))",
+                    "message": "a NetworkPolicy in a team namespace admits into a job's pods "
+                    "(selected by their controller's job label) the pods of the same job "
+                    f"only, or opens the {METRICS_PORT} port alone: it may not reopen other "
+                    "jobs' rendezvous and NCCL ports",
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": NETWORK_POLICY, "annotations": annotations},
+        "spec": {
+            "policyName": NETWORK_POLICY,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {
+                    "matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]
+                }
+            },
+        },
+    }
+    return [policy, binding]
+
+
 def documents(p: ClusterProfile, controllers: list[str]) -> list[dict[str, Any]]:
     annotations = {"argocd.argoproj.io/sync-wave": "-1"}
     policy = {
@@ -616,4 +698,4 @@ def documents(p: ClusterProfile, controllers: list[str]) -> list[dict[str, Any]]
             },
         },
     }
-    return [policy, binding]
+    return [policy, binding, *_network_policy(annotations)]

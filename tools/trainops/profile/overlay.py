@@ -353,7 +353,11 @@ def _admission(p: ClusterProfile) -> str:
         "# The admission gate for runs (trainops.profile.admission): what `trainops\n"
         "# validate` refuses in a run, the API server refuses at `kubectl apply` too.\n"
     )
-    docs = [*admission.documents(p, job_controllers(p)), tenancy.params(p, "training", None)]
+    docs = [
+        *admission.documents(p, job_controllers(p)),
+        tenancy.params(p, "training", None),
+        tenancy.jobs_apart("training"),
+    ]
     return _doc(p, *docs, comment=comment)
 
 

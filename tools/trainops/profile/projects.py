@@ -6,9 +6,9 @@ what it installs. Three projects
 separate what may reach a cluster: the platform (this repository, a fixed
 list of kinds), the Helm add-ons (their chart repositories and this one for
 their values, their own namespaces, the kinds their charts render) and the
-runs (only training job kinds in the training namespace, nothing
-cluster-scoped). Each team gets a project of its own, `trainops-team-<team>`: job
-kinds only, in the team's namespace on the clusters that list the team, so
+runs (only training job kinds and their NetworkPolicies in the training namespace,
+nothing cluster-scoped). Each team gets a project of its own, `trainops-team-<team>`: the
+same kinds, in the team's namespace on the clusters that list the team, so
 an Application of one team's runs cannot write into another team's namespace
 or anything of the platform. Every project lists its namespaced kinds too:
 without a namespaceResourceWhitelist a project allows every namespaced kind.
@@ -59,6 +59,7 @@ PLATFORM_NAMESPACED_KINDS = (
     ("apps", "Deployment"),
     ("apps", "DaemonSet"),
     ("k8s.cni.cncf.io", "NetworkAttachmentDefinition"),
+    ("networking.k8s.io", "NetworkPolicy"),
     ("kueue.x-k8s.io", "LocalQueue"),
     ("monitoring.coreos.com", "PodMonitor"),
     ("monitoring.coreos.com", "PrometheusRule"),
@@ -97,13 +98,15 @@ ADDON_NAMESPACED_KINDS = (
     ("policy", "PodDisruptionBudget"),
 )
 # What a run may hold: the job kinds the queue admits and the admission policy matches
-# (a TFJob is neither: its GPUs would run outside every quota).
+# (a TFJob is neither: its GPUs would run outside every quota), and the NetworkPolicy
+# that opens the job's pods to each other (named after the job, as the job is).
 RUN_KINDS = (
     ("kubeflow.org", "PyTorchJob"),
     ("kubeflow.org", "MPIJob"),
     ("trainer.kubeflow.org", "TrainJob"),
     # A run's data preparation (`new-run --prepare`), once per run before its job.
     ("batch", "Job"),
+    ("networking.k8s.io", "NetworkPolicy"),
 )
 
 

@@ -4,7 +4,8 @@ follows from them: elastic bounds and rendezvous id, Volcano's minAvailable; for
 MPI Operator v2 run on another MPI implementation, that and its mpirun; for a
 TrainJob, numNodes, trainer.image and trainer.args), plus the run's data: a dataset
 claim mounted read-only where the ranks run, and a data-preparation Job that runs
-once per run while the ranks wait for it.
+once per run while the ranks wait for it. The template's NetworkPolicy is renamed with
+its job, so it opens the run's own pods to each other and no one else's.
 
 The cluster's template owns the launcher (the container's `command`: trainer-launch,
 or mpirun with the fabric's -x list) and everything around it; the run owns the
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainops.errors import InputError
+from trainops.profile import tenancy
 from trainops.profile.model import ClusterProfile
 from trainops.profile.overlay import templates
 from trainops.profile.run_scope import RunScope, plain_job_scope, run_path, scope_ops
@@ -301,7 +303,12 @@ def generate_run(profile: ClusterProfile, name: str, options: RunOptions) -> dic
         {
             "target": {"kind": kind, "name": TEMPLATE_NAMES[template]},
             "patch": patch.rstrip("\n"),
-        }
+        },
+        # The job's NetworkPolicy follows its name: it opens this run's pods alone.
+        {
+            "target": {"kind": "NetworkPolicy", "name": TEMPLATE_NAMES[template]},
+            "patch": dump(tenancy.job_network_policy_renames(kind, name)).rstrip("\n"),
+        },
     ]
     header = (
         f"# Run {name} on cluster {profile.name}: the cluster's {template} template plus\n"

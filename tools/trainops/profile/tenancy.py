@@ -9,9 +9,10 @@ Every queued cluster (scheduler kueue or volcano) gets:
   teams leave idle.
 
 Each team gets a namespace (Pod Security labels; its default service account
-without a token; the checkpoint claim and the training network, like the
-`training` namespace), a queue named after it and the parameters the cluster's
-admission policy checks runs against (`trainops-runs`). On Kueue the team's
+without a token; the checkpoint claim, the training network and the NetworkPolicy
+that keeps its jobs apart, like the `training` namespace), a queue named after it
+and the parameters the cluster's admission policy checks runs against
+(`trainops-runs`). On Kueue the team's
 ClusterQueue holds its quota in the cluster's cohort, with borrowing and lending
 limits, fair sharing by weight, preemption of lower priorities inside the queue
 and reclaim of lent quota from the cohort; on Volcano the team's Queue has the same
@@ -205,6 +206,66 @@ def params(p: ClusterProfile, namespace: str, team: Team | None) -> dict[str, An
     }
 
 
+# A job's pods carry the label their controller sets to the job's name: the Training
+# Operator's and the MPI Operator's, or JobSet's (a TrainJob's JobSet is named after it).
+JOB_LABELS = {
+    "PyTorchJob": "training.kubeflow.org/job-name",
+    "MPIJob": "training.kubeflow.org/job-name",
+    "TrainJob": "jobset.sigs.k8s.io/jobset-name",
+    "JobSet": "jobset.sigs.k8s.io/jobset-name",
+}
+JOBS_APART = "trainops-jobs-apart"
+METRICS_PORT = "metrics"  # the trainer's, which the platform's PodMonitor scrapes
+
+
+def jobs_apart(namespace: str) -> dict[str, Any]:
+    """The NetworkPolicy that isolates every pod of a tenant namespace for ingress: only
+    the metrics port is open to all; each job's own policy (`job_network_policy`) opens
+    its pods to each other, so no run reaches another job's rendezvous or TCPStore."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": JOBS_APART, "namespace": namespace, "annotations": WAVE},
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"ports": [{"protocol": "TCP", "port": METRICS_PORT}]}],
+        },
+    }
+
+
+def job_network_policy(kind: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+    """The policy that opens the pods of job `name` (a JOB_LABELS kind) to each other on
+    every port: the rendezvous, and the ports NCCL and Gloo bind to port 0."""
+    selector = {"matchLabels": {JOB_LABELS[kind]: name}}
+    metadata: dict[str, Any] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata,
+        "spec": {
+            "podSelector": selector,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": selector}]}],
+        },
+    }
+
+
+def job_network_policy_renames(kind: str, name: str) -> list[dict[str, Any]]:
+    """JSON patch operations that rename a template's job policy after its job `name`."""
+    key = JOB_LABELS[kind].replace("/", "~1")
+    return [
+        {"op": "replace", "path": path, "value": name}
+        for path in (
+            "/metadata/name",
+            f"/spec/podSelector/matchLabels/{key}",
+            f"/spec/ingress/0/from/0/podSelector/matchLabels/{key}",
+        )
+    ]
+
+
 def team_documents(
     p: ClusterProfile, team: Team, network: dict[str, Any], claim: dict[str, Any]
 ) -> list[dict[str, Any]]:
@@ -231,6 +292,7 @@ def team_documents(
         _in_namespace(claim, ns),
         _in_namespace(network, ns, CUSTOM),
         params(p, ns, team),
+        jobs_apart(ns),
     ]
     if p.scheduler == "kueue":
         docs += [_kueue_cluster_queue(p, team), _local_queue(team)]
