@@ -46,7 +46,10 @@ def test_an_immutable_queue_change_is_flagged(trainops, workspace):
 def test_a_deleted_run_is_pruned_and_said_so(trainops, workspace):
     shutil.rmtree(workspace / "overlays/lab-tcp/runs/mlp-smoke-1121")
     report = diff_json(trainops, workspace)
-    [removed] = report["resources"]
+    # The job and its NetworkPolicy.
+    gone = {r["resource"].split("/")[0]: r for r in report["resources"]}
+    assert set(gone) == {"PyTorchJob", "NetworkPolicy"}, report["resources"]
+    removed = gone["PyTorchJob"]
     assert removed["change"] == "removed" and removed["resource"].endswith("mlp-smoke-1121")
     assert "Argo CD prunes run mlp-smoke-1121" in removed["warnings"][0]
 

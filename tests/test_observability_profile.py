@@ -13,7 +13,9 @@ from tests.support import REPO
 def _emit(trainops, workspace, overlay: str) -> dict:
     run = trainops("preflight", f"overlays/{overlay}", "--emit-job", "--name", "t", cwd=workspace)
     assert run.code == 0, run.err
-    return yaml.safe_load(run.out)
+    job, policy = yaml.safe_load_all(run.out)  # the job and its NetworkPolicy
+    assert policy["kind"] == "NetworkPolicy" and policy["metadata"]["name"] == "t"
+    return job
 
 
 def _render(trainops, workspace, path: str) -> list[dict]:

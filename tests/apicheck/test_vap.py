@@ -260,6 +260,20 @@ def team_job(scheduler: str, **change) -> dict:
     return job
 
 
+def team_trainjob(scheduler: str, **spec) -> dict:
+    """Team vision's TrainJob on the cluster's torch runtime, queued as `scheduler` wants it
+    (Kueue's labels; Volcano names its queue in a runtime patch, which `spec` may add)."""
+    labels = {tenancy.TEAM_LABEL: "vision"}
+    if scheduler == "kueue":
+        labels.update({tenancy.QUEUE_LABEL: "vision", tenancy.PRIORITY_LABEL: "standard"})
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "bert", "namespace": "vision", "labels": labels},
+        "spec": {"runtimeRef": {"name": "torch-distributed-roce"}, **spec},
+    }
+
+
 def _pods(job: dict) -> list[dict]:
     return [r["template"] for r in job["spec"]["pytorchReplicaSpecs"].values()]
 
@@ -309,16 +323,7 @@ def test_the_generated_policy_admits_a_team_run_and_refuses_reaching_outside_it(
 def test_a_volcano_team_trainjob_must_name_its_queue_in_a_runtime_patch():
     profile = cluster("volcano")
     docs = platform(profile)
-    trainjob = {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {
-            "name": "bert",
-            "namespace": "vision",
-            "labels": {tenancy.TEAM_LABEL: "vision"},
-        },
-        "spec": {"runtimeRef": {"name": "torch-distributed-roce"}, "trainer": {"numNodes": 2}},
-    }
+    trainjob = team_trainjob("volcano", trainer={"numNodes": 2})
     assert denials(docs, trainjob) == ["jobs in namespace vision queue in Volcano queue vision"]
     patched = copy.deepcopy(trainjob)
     patched["spec"]["runtimePatches"] = [
@@ -374,17 +379,7 @@ def test_what_a_trainjob_sets_on_its_runtimes_pods_is_checked(path, value, denie
     # A TrainJob's pods come from the runtime, made by the JobSet and Job controllers (which
     # the policy skips): the trainer's variables and the runtime patches are checked on it.
     docs = platform(cluster("kueue"))
-    labels = {
-        tenancy.TEAM_LABEL: "vision",
-        tenancy.QUEUE_LABEL: "vision",
-        tenancy.PRIORITY_LABEL: "standard",
-    }
-    trainjob = {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": "bert", "namespace": "vision", "labels": labels},
-        "spec": {"runtimeRef": {"name": "torch-distributed-roce"}, "trainer": {"numNodes": 2}},
-    }
+    trainjob = team_trainjob("kueue", trainer={"numNodes": 2})
     assert denials(docs, trainjob) == []
     node = trainjob["spec"]
     for step in path[:-1]:
@@ -569,17 +564,7 @@ def test_a_team_pod_mounts_only_its_own_checkpoint_directory(mount, env, denied)
 )
 def test_a_trainjob_leaves_its_checkpoint_directory_to_the_runtime(change):
     docs = platform(cluster("kueue"))
-    labels = {
-        tenancy.TEAM_LABEL: "vision",
-        tenancy.QUEUE_LABEL: "vision",
-        tenancy.PRIORITY_LABEL: "standard",
-    }
-    trainjob = {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {"name": "bert", "namespace": "vision", "labels": labels},
-        "spec": {"runtimeRef": {"name": "torch-distributed-roce"}, **change},
-    }
+    trainjob = team_trainjob("kueue", **change)
     assert [m for m in denials(docs, trainjob) if m.startswith("a run sees its own checkpoints")]
 
 
