@@ -716,3 +716,73 @@ def test_a_network_policy_in_a_team_namespace_opens_a_job_to_itself_alone(spec, 
     assert bool(denials(docs, _network_policy(spec))) is denied
     # Outside the tenant namespaces the platform makes no claim.
     assert denials(docs, _network_policy(spec, namespace="kube-system")) == []
+
+
+VICTIM = {"training.kubeflow.org/job-name": "moe-mpi-1124"}
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        # On the pod template, a replicated job, or the JobSet: JobSet copies each onto pods.
+        [{"trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"spec": {"template": {"metadata": {"labels": VICTIM}}}}}
+        ]}}}}],
+        [{"trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+            {"name": "node", "template": {"metadata": {"labels": VICTIM}}}
+        ]}}}}],
+        [{"trainingRuntimeSpec": {"template": {"metadata": {"labels": VICTIM}}}}],
+        _patch({"subdomain": "moe-mpi-1124", "hostname": "moe-mpi-1124-worker-0"}),
+    ],
+)  # fmt: skip
+def test_a_trainjobs_runtime_patches_take_no_other_jobs_identity(patch):
+    """Labels of another job's controller put a run's pods behind that job's service and
+    inside its NetworkPolicy (round 6 of the attack: a shell in another run's workers)."""
+    docs = platform(cluster("kueue"))
+    assert denials(docs, team_trainjob("kueue")) == []
+    [message] = denials(docs, team_trainjob("kueue", runtimePatches=patch))
+    assert message.startswith("training pods take their identity from their controller")
+
+
+SECRET_VOLUME = {"name": "key", "secret": {"secretName": "moe-mpi-1124-ssh"}}
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"volumes": [SECRET_VOLUME]},
+        {"volumes": [{"name": "k", "projected": {"sources": [{"secret": {"name": "b-ssh"}}]}}]},
+        {"containers": [{"name": "c", "envFrom": [{"secretRef": {"name": "bert-mpi-ssh-auth"}}]}]},
+        {"containers": [{"name": "c", "env": [{"name": "K", "valueFrom": {"secretKeyRef": {
+            "name": "moe-mpi-1124-ssh", "key": "ssh-privatekey"}}}]}]},
+    ],
+)  # fmt: skip
+def test_team_pods_read_no_jobs_ssh_key(spec):
+    docs = platform(cluster("kueue"))
+    job = team_job("kueue")
+    allowed = {"name": "hf", "secret": {"secretName": "hf-token"}}
+    _pods(job)[1]["spec"]["volumes"] = [allowed]
+    assert denials(docs, job) == []
+    for key, value in spec.items():
+        _pods(job)[1]["spec"][key] = (
+            value
+            if key != "containers"
+            else [{**_pods(job)[1]["spec"]["containers"][0], **value[0]}]
+        )
+    [message] = denials(docs, job)
+    assert message.startswith("training pods read no job's SSH key"), message
+    # In a TrainJob's runtime patch or its trainer's variables alike.
+    patched = team_trainjob("kueue", runtimePatches=_patch({"volumes": [SECRET_VOLUME]}))
+    assert [m for m in denials(docs, patched) if "SSH key" in m]
+    env = [{"name": "K", "valueFrom": {"secretKeyRef": {"name": "x-ssh", "key": "k"}}}]
+    assert [m for m in denials(docs, team_trainjob("kueue", trainer={"env": env})) if "SSH" in m]
+
+
+def test_team_pods_claim_devices_through_templates_only():
+    docs = platform(cluster("kueue"))
+    job = team_job("kueue")
+    _pods(job)[1]["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimTemplateName": "gpu"}]
+    assert denials(docs, job) == []
+    _pods(job)[1]["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimName": "theirs"}]
+    [message] = denials(docs, job)
+    assert message.startswith("training pods claim devices through a ResourceClaimTemplate")

@@ -31,7 +31,10 @@ container) is theirs to choose.
   the pod specs of its runtime patches;
 - its pods keep the namespace's default service account, without its token, and
   take their identity from their controller (no controller labels, hostname or
-  subdomain of their own);
+  subdomain of their own, a TrainJob's runtime patches included); they read no job's
+  SSH key (the MPI controllers' `<job>-ssh` and `<trainjob>-mpi-ssh-auth` Secrets) and
+  claim devices through ResourceClaimTemplates only (a claim named directly shares
+  another's devices);
 - its pods give back their GPUs within 900 s of a preemption (grace period);
 - its pods use the scheduler the queue works with (kube-scheduler under Kueue,
   volcano under Volcano);
@@ -43,6 +46,10 @@ container) is theirs to choose.
   names a storage server or driver inline; on Kueue clusters pods set no
   priorityClassName (the queue's label is the priority);
 - its pods keep the cluster's default network (no v1.multus-cni.io/default-network).
+
+A second policy, `trainops-runs-network`, keeps the jobs of a tenant namespace apart:
+a NetworkPolicy there opens a job's pods to that job's pods only (or the metrics port to
+all) and isolates no egress.
 
 The binding denies; `trainops validate` evaluates the same objects offline
 (`trainops.admission.vap`), so a run the API server would refuse fails CI first.
@@ -232,6 +239,24 @@ def _variables(p: ClusterProfile) -> list[tuple[str, str]]:
             "(has(s.containers) ? s.containers : []) + "
             "(has(s.initContainers) ? s.initContainers : [])))",
         ),
+        # The labels a TrainJob's runtime patches put on the JobSet, its Jobs and their pod
+        # templates (lists per patch): JobSet copies them onto the pods it makes.
+        (
+            "patchLabels",
+            "has(object.spec.runtimePatches) ? object.spec.runtimePatches.filter(p, "
+            "has(p.trainingRuntimeSpec) && has(p.trainingRuntimeSpec.template)).map(p, "
+            "[has(p.trainingRuntimeSpec.template.metadata) && "
+            "has(p.trainingRuntimeSpec.template.metadata.labels) ? "
+            "p.trainingRuntimeSpec.template.metadata.labels : {}] + "
+            f"({RUNTIME_POD} ? p.trainingRuntimeSpec.template.spec.replicatedJobs.filter(j, "
+            "has(j.template) && has(j.template.metadata) && has(j.template.metadata.labels))"
+            ".map(j, j.template.metadata.labels) + "
+            "p.trainingRuntimeSpec.template.spec.replicatedJobs.filter(j, has(j.template) && "
+            "has(j.template.spec) && has(j.template.spec.template) && "
+            "has(j.template.spec.template.metadata) && "
+            "has(j.template.spec.template.metadata.labels))"
+            ".map(j, j.template.spec.template.metadata.labels) : [])) : []",
+        ),
         (
             "runtimeQueues",
             "has(object.spec.runtimePatches) ? object.spec.runtimePatches.filter(p, "
@@ -346,6 +371,49 @@ CONTROLLER_LABEL_PREFIXES = (
     "batch.kubernetes.io/",
 )
 CONTROLLER_LABELS = ("job-name", "controller-uid")
+# A label map with none of the controllers' labels (`{labels}`: the map's expression).
+NO_CONTROLLER_LABELS = (
+    "{labels}.all(k, !("
+    + " || ".join(f"k.startsWith({x!r})" for x in CONTROLLER_LABEL_PREFIXES)
+    + f") && !(k in {list(CONTROLLER_LABELS)}))"
+)
+# A pod spec `s` with no address of its own (another job's pod name under its service).
+OWN_ADDRESS = "(!has(s.hostname) || s.hostname == '') && (!has(s.subdomain) || s.subdomain == '')"
+# The Secrets the MPI controllers make for a job's SSH keys, `<job>-ssh` (MPI Operator
+# v0.8.0 pkg/controller/mpi_job_controller.go, newSSHAuthSecret) and
+# `<trainjob>-mpi-ssh-auth` (Trainer v2.3.0 pkg/constants, MPISSHAuthSecretSuffix): the
+# controllers mount them into their own pods; a template naming one reads another job's key.
+JOB_KEY_SUFFIXES = ("-ssh", "-mpi-ssh-auth")
+
+
+def _not_a_key(name: str) -> str:
+    """CEL: the Secret name `name` is no job's SSH key."""
+    return "!(" + " || ".join(f"{name}.endsWith('{x}')" for x in JOB_KEY_SUFFIXES) + ")"
+
+
+# An env entry `e` that reads no job's key.
+ENV_NAMES_NO_KEY = (
+    "!has(e.valueFrom) || !has(e.valueFrom.secretKeyRef) || "
+    f"!has(e.valueFrom.secretKeyRef.name) || {_not_a_key('e.valueFrom.secretKeyRef.name')}"
+)
+# A pod spec `s` that names no job's key: volumes, projections, env and envFrom.
+NO_JOB_KEYS = (
+    "(!has(s.volumes) || s.volumes.all(v, (!has(v.secret) || !has(v.secret.secretName) || "
+    f"{_not_a_key('v.secret.secretName')}) && (!has(v.projected) || "
+    "!has(v.projected.sources) || v.projected.sources.all(x, !has(x.secret) || "
+    f"!has(x.secret.name) || {_not_a_key('x.secret.name')})))) && "
+    "((has(s.containers) ? s.containers : []) + "
+    "(has(s.initContainers) ? s.initContainers : [])).all(c, "
+    f"(!has(c.env) || c.env.all(e, {ENV_NAMES_NO_KEY})) && (!has(c.envFrom) || "
+    "c.envFrom.all(f, !has(f.secretRef) || !has(f.secretRef.name) || "
+    f"{_not_a_key('f.secretRef.name')})))"
+)
+# A pod spec `s` whose device claims come from templates: a claim named directly holds
+# devices allocated for someone else, and any pod naming it shares them.
+OWN_CLAIMS = (
+    "!has(s.resourceClaims) || s.resourceClaims.all(r, !has(r.resourceClaimName) || "
+    "r.resourceClaimName == '')"
+)
 # A pod spec `s` with the namespace's default service account and no token automount.
 OWN_IDENTITY = (
     "(!has(s.serviceAccountName) || s.serviceAccountName in ['', 'default']) && "
@@ -523,11 +591,11 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
         },
         {
             "expression": "variables.templates.all(t, !has(t.metadata) || "
-            "!has(t.metadata.labels) || t.metadata.labels.all(k, "
-            f"!({' || '.join(f'k.startsWith({x!r})' for x in CONTROLLER_LABEL_PREFIXES)}) && "
-            f"!(k in {list(CONTROLLER_LABELS)}))) && "
-            "variables.podSpecs.all(s, (!has(s.hostname) || s.hostname == '') && "
-            "(!has(s.subdomain) || s.subdomain == ''))",
+            f"!has(t.metadata.labels) || {NO_CONTROLLER_LABELS.format(labels='t.metadata.labels')}"
+            ") && variables.patchLabels.all(ls, ls.all(l, "
+            f"{NO_CONTROLLER_LABELS.format(labels='l')})) && "
+            f"variables.podSpecs.all(s, {OWN_ADDRESS}) && "
+            f"variables.patchPodSpecs.all(ps, ps.all(s, {OWN_ADDRESS}))",
             "message": "training pods take their identity from their controller: no labels of "
             f"its ({', '.join(CONTROLLER_LABEL_PREFIXES)}...), which the services of another "
             "job select, and no hostname or subdomain (another job's rendezvous address)",
@@ -547,6 +615,23 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
             "message": "training pods run as the namespace's default service account, without "
             "its token: no serviceAccountName (another account's permissions, such as an MPI "
             "launcher's exec into its workers) and no automountServiceAccountToken: true",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"variables.podSpecs.all(s, {NO_JOB_KEYS}) && "
+            f"variables.patchPodSpecs.all(ps, ps.all(s, {NO_JOB_KEYS})) && "
+            f"variables.trainJobEnvs.all(es, es.all(e, {ENV_NAMES_NO_KEY}))",
+            "message": "training pods read no job's SSH key: no Secret named "
+            f"<job>{JOB_KEY_SUFFIXES[0]} or <trainjob>{JOB_KEY_SUFFIXES[1]} (the MPI "
+            "controllers mount a job's own key into its pods; another job's opens its workers)",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"variables.podSpecs.all(s, {OWN_CLAIMS}) && "
+            f"variables.patchPodSpecs.all(ps, ps.all(s, {OWN_CLAIMS}))",
+            "message": "training pods claim devices through a ResourceClaimTemplate "
+            "(resourceClaimTemplateName): a ResourceClaim named directly shares the devices "
+            "allocated to another",
             "reason": "Forbidden",
         },
         {
