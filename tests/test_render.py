@@ -201,6 +201,48 @@ def test_remote_without_mirror_is_a_warning_naming_the_url_and_an_error_in_a_run
     assert [f["severity"] for f in found] == ["error", "error"]
 
 
+OVERRIDE = """\
+kustomize:
+  commonAnnotations:
+    argocd.argoproj.io/sync-options: Replace=true
+"""
+
+
+@pytest.mark.parametrize("name", [".argocd-source.yaml", ".argocd-source-lab-r1.yaml"])
+def test_an_argo_cd_override_file_is_an_error_in_a_run_and_a_warning_elsewhere(
+    trainops, tmp_path: Path, name: str
+):
+    """Argo CD merges it into the Application's source: what it syncs is not the render
+    (round 7 of the attack: a run renamed onto another run's job, force-replaced)."""
+    run_dir = tmp_path / "overlays" / "lab" / "runs" / "r1"
+    write(run_dir / "kustomization.yaml", "resources:\n- job.yaml\n")
+    write(run_dir / "job.yaml", RUN_JOB)
+    clean = trainops("validate", "--format", "json", str(run_dir), cwd=tmp_path)
+    assert not [f for f in json.loads(clean.out)["findings"] if f["severity"] == "error"]
+    write(run_dir / name, OVERRIDE)
+    in_run = trainops("validate", "--format", "json", str(run_dir), cwd=tmp_path)
+    assert in_run.code == 1, in_run.err
+    [found] = [
+        f for f in json.loads(in_run.out)["findings"] if f["rule"] == "argocd-source-override"
+    ]
+    assert found["severity"] == "error" and name in found["message"], found
+    assert found["file"].endswith(name)
+    # Removed again, the cached render reports nothing: the file is looked up each time.
+    (run_dir / name).unlink()
+    again = trainops("validate", "--format", "json", str(run_dir), cwd=tmp_path)
+    assert not [f for f in json.loads(again.out)["findings"] if f["severity"] == "error"]
+    overlay = tmp_path / "overlay"
+    write(overlay / "kustomization.yaml", "resources:\n- cm.yaml\n")
+    write(overlay / "cm.yaml", CM.format(name="local"))
+    write(overlay / name, OVERRIDE)
+    elsewhere = trainops("validate", "--format", "json", str(overlay), cwd=tmp_path)
+    assert elsewhere.code == 0, elsewhere.err
+    found = [
+        f for f in json.loads(elsewhere.out)["findings"] if f["rule"] == "argocd-source-override"
+    ]
+    assert [f["severity"] for f in found] == ["warning"]
+
+
 def test_unparseable_remote_and_patches_on_missing_remote_are_still_reported(
     trainops, tmp_path: Path
 ):

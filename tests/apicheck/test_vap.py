@@ -500,6 +500,13 @@ JOB_NAME = {
     "name": "TRAINER_JOB_NAME",
     "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['training.kubeflow.org/job-name']"}},
 }
+
+
+def _job_name_from(label: str) -> dict:
+    path = f"metadata.labels['{label}']"
+    return {"name": "TRAINER_JOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
 OWN_MOUNT = {"name": "ckpt", "mountPath": "/checkpoints", "subPathExpr": "$(TRAINER_JOB_NAME)"}
 
 
@@ -513,6 +520,10 @@ OWN_MOUNT = {"name": "ckpt", "mountPath": "/checkpoints", "subPathExpr": "$(TRAI
         (OWN_MOUNT, [{"name": "TRAINER_JOB_NAME", "value": "llama-1124"}], True),
         (OWN_MOUNT, [JOB_NAME, {"name": "TRAINER_JOB_NAME", "value": "llama-1124"}], True),
         (OWN_MOUNT, [], True),
+        # Another kind's label: the pod has none of it, the name reads "" and the whole
+        # claim is mounted (round 7 of the attack).
+        (OWN_MOUNT, [_job_name_from("jobset.sigs.k8s.io/jobset-name")], True),
+        (OWN_MOUNT, [_job_name_from("batch.kubernetes.io/job-name")], True),
     ],
 )
 def test_a_team_pod_mounts_only_its_own_checkpoint_directory(mount, env, denied):

@@ -117,6 +117,28 @@ register(
 )
 register(
     RuleInfo(
+        id="argocd-source-override",
+        severity=WARNING,
+        title="No Argo CD parameter override file beside a kustomization",
+        why="Argo CD's repo server merges .argocd-source.yaml and "
+        ".argocd-source-<application>.yaml from an Application's path into its source "
+        "before it builds: kustomize patches, name prefixes, images, labels and "
+        "annotations, or another source type altogether. What Argo CD syncs is then not "
+        "what validate rendered; in a run, it can rename the job onto another run's or add "
+        "the Replace=true sync option, past every check.",
+        fix="Delete the file and put what it changes in the kustomization.",
+        when=(
+            (ERROR, "in a run: its pull request must not ship what validate cannot see"),
+            (WARNING, "elsewhere"),
+        ),
+        sources=(
+            "https://github.com/argoproj/argo-cd/blob/v3.5.1/reposerver/repository/repository.go#L1866-L1918",
+            "docs/security.md#what-a-run-can-and-cannot-do",
+        ),
+    )
+)
+register(
+    RuleInfo(
         id="remote-resource",
         severity=WARNING,
         title="Remote kustomize resources have an offline copy",

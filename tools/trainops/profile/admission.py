@@ -184,6 +184,8 @@ def _variables(p: ClusterProfile) -> list[tuple[str, str]]:
             "object.spec.mpiReplicaSpecs.map(k, object.spec.mpiReplicaSpecs[k]) : []",
         ),
         ("templates", TEMPLATES),
+        # The fieldRef that gives the pods of this kind their job's name ('' for none).
+        ("jobNameField", JOB_NAME_FIELD),
         ("podSpecs", "variables.templates.filter(t, has(t.spec)).map(t, t.spec)"),
         (
             "containers",
@@ -289,19 +291,30 @@ UNPRIVILEGED = (
 # label its controller sets on the pods (the Training Operator, JobSet and the Job
 # controller overwrite or validate these labels, so a pod cannot claim another job's).
 CHECKPOINT_CLAIM = "checkpoints"
-JOB_NAME_FIELDS = tuple(
-    f"metadata.labels['{label}']"
-    for label in (
-        "training.kubeflow.org/job-name",
-        "jobset.sigs.k8s.io/jobset-name",
-        "batch.kubernetes.io/job-name",
+# The label each kind's controller sets to the job's name on the pods it makes (the MPI
+# Operator's as the Training Operator's; the Job controller's on a CronJob's Jobs' pods).
+# A label the pod's controller does not set reads as "" (a fieldRef to a missing label),
+# and subPathExpr "" mounts the whole claim: every run's checkpoints.
+JOB_NAME_LABEL_OF_KIND = {
+    "PyTorchJob": "training.kubeflow.org/job-name",
+    "MPIJob": "training.kubeflow.org/job-name",
+    "JobSet": "jobset.sigs.k8s.io/jobset-name",
+    "Job": "batch.kubernetes.io/job-name",
+    "CronJob": "batch.kubernetes.io/job-name",
+}
+JOB_NAME_FIELD = (
+    " : ".join(
+        f"{KIND} in {_kinds(tuple(k for k, v in JOB_NAME_LABEL_OF_KIND.items() if v == label))} "
+        f"? \"metadata.labels['{label}']\""
+        for label in dict.fromkeys(JOB_NAME_LABEL_OF_KIND.values())
     )
+    + " : ''"
 )
 JOB_NAME_VAR = "TRAINER_JOB_NAME"
 OWN_DIRECTORY = f"$({JOB_NAME_VAR})"
 _JOB_NAME_FROM_LABEL = (
     f"e.name != '{JOB_NAME_VAR}' || (has(e.valueFrom) && has(e.valueFrom.fieldRef) && "
-    f"e.valueFrom.fieldRef.fieldPath in {list(JOB_NAME_FIELDS)})"
+    "variables.jobNameField != '' && e.valueFrom.fieldRef.fieldPath == variables.jobNameField)"
 )
 # A TrainJob's runtime patch container `c` (merged into the runtime's, which mounts the
 # checkpoints): it neither renames the job's directory nor mounts the volume again.

@@ -190,6 +190,8 @@ class Renderer:
                 self.cache.put("render", plan.key, json.dumps(entry).encode())
         documents = load_documents(text, source=target.path, keep_text=True)
         strip_origins(documents)
+        # Looked up on every render, not cached: kustomize never reads these files.
+        findings = [*findings, *argocd_overrides(target)]
         return RenderResult(target, documents, plan.key, text, findings, plan.inputs)
 
     def _key(self, graph: InputGraph, run: bool) -> str:
@@ -323,6 +325,42 @@ class _SharedBuild:
                 self._texts = dict(zip(keys, texts, strict=True))
                 self._graphs = {}
             return self._texts.pop(key, None)
+
+
+# Argo CD's repo server merges these from an Application's path into its source before
+# generating manifests (argo-cd v3.5.1 reposerver/repository/repository.go,
+# mergeSourceParameters): patches, name prefixes, images, labels, another source type.
+ARGOCD_OVERRIDES = (".argocd-source.yaml", ".argocd-source-")
+
+
+def argocd_overrides(target: Target) -> list[Finding]:
+    """A finding per Argo CD parameter override file in a kustomization's directory."""
+    try:
+        names = sorted(
+            entry.name
+            for entry in os.scandir(target.path)
+            if entry.name == ARGOCD_OVERRIDES[0]
+            or (entry.name.startswith(ARGOCD_OVERRIDES[1]) and entry.name.endswith(".yaml"))
+        )
+    except OSError:
+        return []
+    severity = ERROR if target.is_run else WARNING
+    return [
+        Finding(
+            rule="argocd-source-override",
+            severity=severity,
+            source=target.path,
+            resource="",
+            path="",
+            message=f"{name}: Argo CD merges it into the Application's source (patches, "
+            "names, images, labels, even another source type), so what it syncs is not "
+            "this render",
+            fix="Delete the file and put what it changes in the kustomization, where "
+            "validate sees it.",
+            file=display_path(Path(target.path) / name),
+        )
+        for name in names
+    ]
 
 
 def _relative_to(root: Path):
