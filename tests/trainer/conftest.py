@@ -303,9 +303,13 @@ def no_process_outlives_its_test():
 def _command(pid: int) -> str:
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        # The command line reads empty while the kernel cannot reach the process's memory
+        # (seen once on a loaded CI machine); its name stays readable.
+        name = Path(f"/proc/{pid}/comm").read_text(errors="replace").strip()
     except OSError:
         return f"{pid} (gone)"
-    return f"{pid}: " + " ".join(a.decode(errors="replace") for a in argv)[:300]
+    shown = " ".join(a.decode(errors="replace") for a in argv if a)[:300]
+    return f"{pid}: {shown or f'[{name}]'}"
 
 
 # Float32 round-off between two orders of summing the same gradients, compounded over
