@@ -40,7 +40,7 @@ import tempfile
 import time
 import traceback
 from argparse import Namespace
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -156,17 +156,47 @@ def shutdown_timeout(args: Namespace) -> int:
 
 
 class Stopping:
-    """The pod's signals once torchrun no longer handles them: noted, never fatal."""
+    """The pod's signals: noted, never fatal, but for the first one while torchrun runs.
+
+    That one raises torchrun's SignalException, on which torchrun sends its workers
+    SIGTERM and waits for them up to its shutdown timeout. Every later one is noted
+    only: a storm of signals (the kubelet's, a wrapper's, a preStop hook's) raising
+    again would cut torchrun short before it signalled the workers, or while it
+    waited for their emergency checkpoints, or escape as a traceback while the
+    launcher read how they ended.
+    """
 
     def __init__(self) -> None:
         self.received: list[int] = []
+        self._raises: type[Exception] | None = None
 
     def install(self) -> None:
         for sig in FORWARDED:
             signal.signal(sig, self._note)
 
+    @contextlib.contextmanager
+    def raising_first(self) -> Iterator[None]:
+        """While torchrun runs; torchrun's own handler is this one meanwhile."""
+        from torch.distributed.elastic.multiprocessing import api
+
+        self._raises = api.SignalException
+        torchrun_handler = api._terminate_process_handler
+        # torchrun installs its handler by this name once its workers start.
+        api._terminate_process_handler = self._note
+        self.install()
+        try:
+            yield
+        finally:
+            self._raises = None
+            api._terminate_process_handler = torchrun_handler
+
     def _note(self, signum: int, frame: object) -> None:
         self.received.append(signum)
+        if len(self.received) == 1 and self._raises is not None:
+            raise self._raises(f"trainer-launch got signal {signum}", sigval=signal.Signals(signum))
+        if len(self.received) == 2:
+            # os.write: a handler may run while the main code is inside a print.
+            os.write(2, f"trainer-launch: signal {signum} again: noted only\n".encode())
 
 
 class _Stopped(Exception):
@@ -235,7 +265,7 @@ def _reap() -> None:
 def wait_for_workers(deadline: float) -> bool:
     """Let workers still running (an emergency checkpoint being written) finish.
 
-    torchrun stops waiting for them when signals keep reaching it during its shutdown;
+    torchrun may return with workers still running (its agent failed while they ran);
     the launcher leaving then would end the pod, and the checkpoint with it. Past
     `deadline` (monotonic) whatever is left is killed. True when none was left.
     """
@@ -274,11 +304,6 @@ def run_workers(args: Namespace, patterns: Sequence[Pattern], stopping: Stopping
     stops the launch before torchrun starts a worker.
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import run
-
-    def stop(signum: int, frame: object) -> None:
-        raise SignalException(f"trainer-launch got signal {signum}", sigval=signal.Signals(signum))
 
     # By default torchrun's rendezvous shares one TCP store with the workers' process
     # groups for every round: after a restart (--max-restarts, an elastic job's
@@ -289,10 +314,6 @@ def run_workers(args: Namespace, patterns: Sequence[Pattern], stopping: Stopping
     # Forked now, while this process has one thread: torchrun starts threads of its own.
     zygote = warmstart.Zygote.fork() if _runs_the_trainer(args) else None
 
-    # torchrun installs the same once its workers start; before that (in rendezvous)
-    # the launcher, the pod's PID 1, would otherwise ignore SIGTERM.
-    for sig in FORWARDED:
-        signal.signal(sig, stop)
     with tempfile.TemporaryDirectory(prefix="trainer-launch-") as scratch:
         report_dir = Path(scratch, "hang")
         # The workers inherit the launcher's environment.
@@ -301,34 +322,15 @@ def run_workers(args: Namespace, patterns: Sequence[Pattern], stopping: Stopping
         args.log_dir = str(Path(scratch, "logs"))
         oom_before = oom_kills()
         grace = shutdown_timeout(args)
-        failures = None
         try:
-            with warmstart.warm_workers(zygote):
-                if stopping.received:
-                    signum = stopping.received[0]
-                    raise SignalException(
-                        f"signal {signum} before the workers started",
-                        sigval=signal.Signals(signum),
-                    )
-                run(args)
-            ending = None
-        except ChildFailedError as error:
-            stopping.install()
-            failures = error.failures
+            # Also before torchrun installs its handler (in rendezvous): the launcher,
+            # the pod's PID 1, would otherwise ignore SIGTERM.
+            with stopping.raising_first():
+                ending, failures = _torchrun(args, zygote, stopping, patterns)
         except SignalException as error:
-            stopping.install()
-            signum = int(error.sigval)
-            ending = Ending(None, killed_by(signum), f"the launcher received signal {signum}")
-        except Exception as error:
-            # The agent itself failed: its rendezvous or c10d store (a lost master), or a
-            # bad option.
-            stopping.install()
-            cause, evidence = classify_exception(error, patterns)
-            if not cause.retryable:
-                traceback.print_exc()
-            ending = Ending(None, cause, f"torchrun: {evidence}")
+            # The first signal, while the launcher read how the workers ended.
+            ending, failures = _terminated(int(error.sigval)), None
         finally:
-            stopping.install()
             wait_for_workers(time.monotonic() + grace)
         # torchrun's process context keeps the write end of a worker's stderr open
         # until the context is freed (it closes only the streams of workers it had to
@@ -340,6 +342,43 @@ def run_workers(args: Namespace, patterns: Sequence[Pattern], stopping: Stopping
             ending = _failed_workers(failures, tails, oom_before, patterns)
         _report_hangs(report_dir)
     return ending
+
+
+def _torchrun(
+    args: Namespace,
+    zygote: warmstart.Zygote | None,
+    stopping: Stopping,
+    patterns: Sequence[Pattern],
+) -> tuple[Ending | None, dict | None]:
+    """torchrun's run: how it ended, or the failed workers' records to classify."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import run
+
+    try:
+        with warmstart.warm_workers(zygote):
+            if stopping.received:
+                signum = stopping.received[0]
+                raise SignalException(
+                    f"signal {signum} before the workers started", sigval=signal.Signals(signum)
+                )
+            run(args)
+        return None, None
+    except ChildFailedError as error:
+        return None, error.failures
+    except SignalException as error:
+        return _terminated(int(error.sigval)), None
+    except Exception as error:
+        # The agent itself failed: its rendezvous or c10d store (a lost master), or a
+        # bad option.
+        cause, evidence = classify_exception(error, patterns)
+        if not cause.retryable:
+            traceback.print_exc()
+        return Ending(None, cause, f"torchrun: {evidence}"), None
+
+
+def _terminated(signum: int) -> Ending:
+    return Ending(None, killed_by(signum), f"the launcher received signal {signum}")
 
 
 def _runs_the_trainer(args: Namespace) -> bool:
