@@ -355,3 +355,22 @@ def test_unchanged_inputs_are_not_built_again(trainops, tree: Path, counting_kus
     assert changed.code == 0 and _builds(log) == 3  # only the overlay using base/ rebuilt
     trainops("validate", "--no-cache", cwd=tree, env=env)
     assert _builds(log) == 5
+
+
+def test_an_argo_cd_override_file_beside_a_runs_plain_files_is_reported_once(
+    trainops, tmp_path: Path
+):
+    """A run directory without a kustomization is an Argo CD directory source, which
+    takes the override file as well (the round-7 rule looked beside kustomizations only)."""
+    run_dir = tmp_path / "overlays" / "lab" / "runs" / "r1"
+    write(run_dir / "job.yaml", RUN_JOB)
+    write(run_dir / "more.yaml", CM.format(name="r1-notes"))
+    clean = trainops("validate", "--format", "json", str(run_dir), cwd=tmp_path)
+    assert not [f for f in json.loads(clean.out)["findings"] if f["rule"].startswith("argocd")]
+    write(run_dir / ".argocd-source.yaml", OVERRIDE)
+    in_run = trainops("validate", "--format", "json", str(run_dir), cwd=tmp_path)
+    assert in_run.code == 1, in_run.err
+    [found] = [
+        f for f in json.loads(in_run.out)["findings"] if f["rule"] == "argocd-source-override"
+    ]
+    assert found["severity"] == "error" and found["file"].endswith(".argocd-source.yaml")

@@ -797,3 +797,113 @@ def test_team_pods_claim_devices_through_templates_only():
     _pods(job)[1]["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimName": "theirs"}]
     [message] = denials(docs, job)
     assert message.startswith("training pods claim devices through a ResourceClaimTemplate")
+
+
+@pytest.mark.parametrize("annotation", admission.GROUP_NAMES)
+def test_on_volcano_team_pods_join_no_other_jobs_pod_group(annotation):
+    """A pod naming another job's PodGroup joins that gang (round 8 of the attack: the
+    victim's gang half-starts and hangs); in a template or a TrainJob's runtime patch."""
+    docs = platform(cluster("volcano"))
+    job = team_job("volcano")
+    assert denials(docs, job) == []
+    _pods(job)[1]["metadata"]["annotations"][annotation] = "llm-pretrain"
+    [message] = denials(docs, job)
+    assert message.startswith("training pods join their own job's PodGroup"), message
+    queue = {"metadata": {"annotations": {"scheduling.volcano.sh/queue-name": "vision"}}}
+    patch = [{"trainingRuntimeSpec": {"template": {**queue, "spec": {"replicatedJobs": [
+        {"name": "node", "template": {"spec": {"template": {"metadata": {"annotations": {
+            annotation: "llm-pretrain"}}}}}}
+    ]}}}}]  # fmt: skip
+    [message] = denials(docs, team_trainjob("volcano", runtimePatches=patch))
+    assert message.startswith("training pods join their own job's PodGroup"), message
+    # Kueue clusters leave the annotation alone: Volcano does not schedule there.
+    kueue = team_job("kueue")
+    _pods(kueue)[1]["metadata"]["annotations"][annotation] = "llm-pretrain"
+    assert denials(platform(cluster("kueue")), kueue) == []
+
+
+def team_jobset(name: str, **spec) -> dict:
+    pod = {
+        "metadata": {"annotations": {"k8s.v1.cni.cncf.io/networks": "training-net"}},
+        "spec": {"containers": [{"name": "c", "image": "ghcr.io/example-org/trainer:1.0.0"}]},
+    }
+    labels = {tenancy.TEAM_LABEL: "vision", tenancy.QUEUE_LABEL: "vision",
+              tenancy.PRIORITY_LABEL: "standard"}  # fmt: skip
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": "vision", "labels": labels},
+        "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod}}}],
+                 **spec},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["vit-master-0", "vit-worker-12"])
+def test_no_job_takes_the_name_of_a_pytorchjobs_services(name):
+    """A job whose own Service is named after it (JobSet, a TrainJob's JobSet) named
+    vit-master-0 would hold PyTorchJob vit's MASTER_ADDR (round 8 of the attack)."""
+    docs = platform(cluster("kueue"))
+    assert denials(docs, team_jobset("moe")) == []
+    assert denials(docs, team_jobset("vit-master")) == []
+    expected = "an MPIJob, JobSet, TrainJob (and a JobSet's subdomain) is not named"
+    [message] = denials(docs, team_jobset(name))
+    assert message.startswith(expected), message
+    [message] = denials(docs, team_jobset("moe", network={"subdomain": name}))
+    assert message.startswith(expected), message
+    trainjob = team_trainjob("kueue")
+    trainjob["metadata"]["name"] = name
+    [message] = denials(docs, trainjob)
+    assert message.startswith(expected), message
+    # A PyTorchJob's Services carry a suffix of their own: its name is free.
+    job = team_job("kueue")
+    job["metadata"]["name"] = name
+    assert denials(docs, job) == []
+
+
+def test_a_port_named_metrics_is_the_metrics_port():
+    """The namespace opens the port named metrics to every pod: under another number it
+    opened a run's TCPStore to other jobs (round 8 of the attack)."""
+    docs = platform(cluster("kueue"))
+    job = team_job("kueue")
+    ports = [{"name": "pytorchjob-port", "containerPort": 23456},
+             {"name": "metrics", "containerPort": tenancy.METRICS_PORT_NUMBER}]  # fmt: skip
+    _pods(job)[1]["spec"]["containers"][0]["ports"] = ports
+    assert denials(docs, job) == []
+    _pods(job)[1]["spec"]["containers"][0]["ports"] = [{"name": "metrics", "containerPort": 23456}]
+    [message] = denials(docs, job)
+    assert message.startswith("a container port named metrics is 9400"), message
+    patch = _patch({"containers": [{"name": "c", "ports": [
+        {"name": "metrics", "containerPort": 29500}]}]})  # fmt: skip
+    [message] = denials(docs, team_trainjob("kueue", runtimePatches=patch))
+    assert message.startswith("a container port named metrics is 9400"), message
+
+
+def test_the_training_templates_serve_metrics_on_the_metrics_port():
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2] / "base" / "training"
+    found = []
+    for path in root.rglob("*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            text = yaml.safe_dump(doc)
+            if "name: metrics" in text and "containerPort" in text:
+                for line in text.splitlines():
+                    if "TRAINER_METRICS_PORT" in line:
+                        found.append(path)
+    assert found
+    for path in set(found):
+        text = path.read_text()
+        assert f"containerPort: {tenancy.METRICS_PORT_NUMBER}" in text, path
+        assert f'value: "{tenancy.METRICS_PORT_NUMBER}"' in text, path
+
+
+@pytest.mark.parametrize("initializer", admission.INITIALIZERS)
+def test_a_trainjobs_initializers_read_no_jobs_ssh_key(initializer):
+    docs = platform(cluster("kueue"))
+    own = {initializer: {"storageUri": "hf://org/data", "secretRef": {"name": "hf-token"}}}
+    assert denials(docs, team_trainjob("kueue", initializer=own)) == []
+    theirs = {initializer: {"storageUri": "hf://org/data", "secretRef": {"name": "moe-ssh"}}}
+    [message] = denials(docs, team_trainjob("kueue", initializer=theirs))
+    assert message.startswith("training pods read no job's SSH key"), message

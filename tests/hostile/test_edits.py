@@ -289,6 +289,13 @@ def test_hostile_run_names_write_nothing(workspace: Path, name: str):
     assert status(workspace) == ""
 
 
+@pytest.mark.parametrize("name", ["bert-master-0", "bert-worker-12"])
+def test_a_run_named_like_another_runs_service_writes_nothing(workspace: Path, name: str):
+    outcome = run_cli("new-run", "--nodes", "2", "--", "lab-tcp", name, cwd=workspace)
+    assert_refused(outcome, "ends like a PyTorchJob's Service")
+    assert status(workspace) == ""
+
+
 def test_a_profile_that_is_a_link_out_of_the_repository(workspace: Path, tmp_path: Path):
     profile = workspace / "overlays/lab-tcp/cluster.yaml"
     outside = write(tmp_path / "elsewhere.yaml", profile.read_text())

@@ -119,7 +119,7 @@ register(
     RuleInfo(
         id="argocd-source-override",
         severity=WARNING,
-        title="No Argo CD parameter override file beside a kustomization",
+        title="No Argo CD parameter override file beside a kustomization or plain manifests",
         why="Argo CD's repo server merges .argocd-source.yaml and "
         ".argocd-source-<application>.yaml from an Application's path into its source "
         "before it builds: kustomize patches, name prefixes, images, labels and "

@@ -63,9 +63,12 @@ from trainops.profile.model import ClusterProfile
 from trainops.profile.tenancy import (
     JOB_LABELS,
     METRICS_PORT,
+    METRICS_PORT_NUMBER,
     PARAMS,
     PRIORITY_LABEL,
     QUEUE_LABEL,
+    REPLICA_SERVICE_NAME,
+    SERVICE_NAMED_KINDS,
     TEAM_LABEL,
     TENANT_LABEL,
     VOLCANO_QUEUE,
@@ -76,6 +79,11 @@ NETWORKS = "k8s.v1.cni.cncf.io/networks"
 # Multus replaces the pod's cluster network with the attachment this names
 # (multus-cni v4 pkg/k8sclient/k8sclient.go, docs/how-to-use.md).
 DEFAULT_NETWORK = "v1.multus-cni.io/default-network"
+# Volcano puts a pod in the PodGroup these name instead of its own job's (volcano v1.13.0
+# pkg/scheduler/api/job_info.go getJobID; the pod controller makes none for such a pod,
+# pkg/controllers/podgroup/pg_controller.go), so a pod naming another job's group joins
+# that gang and holds a place its own workers never take.
+GROUP_NAMES = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 
 
@@ -126,6 +134,11 @@ RUNTIME_POD = (
     "&& has(p.trainingRuntimeSpec.template.spec.replicatedJobs)"
 )
 KIND = "request.kind.kind"
+# A container's ports take the metrics name only with the metrics number.
+METRICS_NUMBERED = (
+    f"!has(c.ports) || c.ports.all(pt, !has(pt.name) || pt.name != '{METRICS_PORT}' "
+    f"|| pt.containerPort == {METRICS_PORT_NUMBER})"
+)
 # The job template of a CronJob, the pod templates of each kind.
 JOB_TEMPLATE = (
     "has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec) "
@@ -397,6 +410,9 @@ OWN_ADDRESS = "(!has(s.hostname) || s.hostname == '') && (!has(s.subdomain) || s
 # `<trainjob>-mpi-ssh-auth` (Trainer v2.3.0 pkg/constants, MPISSHAuthSecretSuffix): the
 # controllers mount them into their own pods; a template naming one reads another job's key.
 JOB_KEY_SUFFIXES = ("-ssh", "-mpi-ssh-auth")
+# A TrainJob's initializers: Trainer gives each one's secretRef (its download credentials,
+# trainer v2.3.0 TrainJob CRD) to the initializer container as envFrom.
+INITIALIZERS = ("dataset", "model")
 
 
 def _not_a_key(name: str) -> str:
@@ -544,6 +560,19 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
                 "reason": "Forbidden",
             }
         )
+        free = " && ".join(f"!('{a}' in m)" for a in GROUP_NAMES)
+        out.append(
+            {
+                "expression": "variables.templates.all(t, !has(t.metadata) || "
+                "!has(t.metadata.annotations) || "
+                + " && ".join(f"!('{a}' in t.metadata.annotations)" for a in GROUP_NAMES)
+                + f") && variables.patchAnnotations.all(js, js.all(m, {free}))",
+                "message": "training pods join their own job's PodGroup: no "
+                f"{' or '.join(GROUP_NAMES)} annotation, which puts a pod in another "
+                "job's gang",
+                "reason": "Forbidden",
+            }
+        )
     # The scheduler the cluster's queue works with (Kueue: kube-scheduler, which places by
     # the flavors and topology Kueue assigns; Volcano: its own, for gangs). The Training
     # Operator fills schedulerName only where a template leaves it empty.
@@ -573,6 +602,24 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
             "&& variables.patchAnnotations.all(js, js.all(m, "
             f"!('{DEFAULT_NETWORK}' in m)))",
             "message": f"pods keep the cluster's default network: no {DEFAULT_NETWORK}",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"!({KIND} in {list(SERVICE_NAMED_KINDS)}) || "
+            f"(!object.metadata.name.matches('{REPLICA_SERVICE_NAME}') && ({KIND} != 'JobSet' "
+            f"|| !({_has('object.spec.network.subdomain')}) || "
+            f"!object.spec.network.subdomain.matches('{REPLICA_SERVICE_NAME}')))",
+            "message": f"an {', '.join(SERVICE_NAMED_KINDS)} (and a JobSet's subdomain) is not "
+            "named <job>-master-<n> or <job>-worker-<n>: its Service would take the name of a "
+            "PyTorchJob's master or workers, whose MASTER_ADDR would reach this job",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"variables.containers.all(cs, cs.all(c, {METRICS_NUMBERED})) && "
+            f"variables.patchContainers.all(pcs, pcs.all(cs, cs.all(c, {METRICS_NUMBERED})))",
+            "message": f"a container port named {METRICS_PORT} is {METRICS_PORT_NUMBER}: the "
+            "namespace opens that name to every pod, so another number would open a "
+            "rendezvous or TCPStore to other jobs",
             "reason": "Forbidden",
         },
         {
@@ -633,7 +680,11 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
         {
             "expression": f"variables.podSpecs.all(s, {NO_JOB_KEYS}) && "
             f"variables.patchPodSpecs.all(ps, ps.all(s, {NO_JOB_KEYS})) && "
-            f"variables.trainJobEnvs.all(es, es.all(e, {ENV_NAMES_NO_KEY}))",
+            f"variables.trainJobEnvs.all(es, es.all(e, {ENV_NAMES_NO_KEY})) && "
+            + " && ".join(
+                f"(({_has(ref)}) ? {_not_a_key(ref)} : true)"
+                for ref in (f"object.spec.initializer.{i}.secretRef.name" for i in INITIALIZERS)
+            ),
             "message": "training pods read no job's SSH key: no Secret named "
             f"<job>{JOB_KEY_SUFFIXES[0]} or <trainjob>{JOB_KEY_SUFFIXES[1]} (the MPI "
             "controllers mount a job's own key into its pods; another job's opens its workers)",

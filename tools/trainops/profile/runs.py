@@ -87,6 +87,11 @@ def check_run_name(name: str) -> None:
             f"run name {name!r} must be a DNS-1035 label (lowercase letters, digits, '-', "
             f"starting with a letter) of at most {MAX_RUN_NAME} characters"
         )
+    if re.search(tenancy.REPLICA_SERVICE_NAME, name):
+        raise InputError(
+            f"run name {name!r} ends like a PyTorchJob's Service (-master-<n>, -worker-<n>): "
+            "a job's own Service by that name would hold another run's MASTER_ADDR"
+        )
 
 
 @dataclass

@@ -216,6 +216,17 @@ JOB_LABELS = {
 }
 JOBS_APART = "trainops-jobs-apart"
 METRICS_PORT = "metrics"  # the trainer's, which the platform's PodMonitor scrapes
+# The number behind it in every training template (TRAINER_METRICS_PORT): the one port
+# JOBS_APART opens to all, so it is the only number a pod may give that name.
+METRICS_PORT_NUMBER = 9400
+# The Training Operator names a PyTorchJob's Services <job>-master-<n> and <job>-worker-<n>
+# (training-operator v1.9.0 pkg/controller.v1/common/service.go, GenGeneralName) and its
+# workers' MASTER_ADDR after the first; a job whose own Service takes its name (MPIJob:
+# mpi-operator v0.8.0 mpi_job_controller.go:1384 newJobService; JobSet and a TrainJob's
+# JobSet: jobset v0.12.0 jobset_controller.go, the headless Service of its subdomain)
+# would hold another job's master address.
+REPLICA_SERVICE_NAME = r"-(master|worker)-[0-9]+$"
+SERVICE_NAMED_KINDS = ("MPIJob", "JobSet", "TrainJob")
 
 
 def jobs_apart(namespace: str) -> dict[str, Any]:

@@ -55,6 +55,8 @@ class Plan:
     text: str | None = None  # files and stdin: their content (rendered, with envsubst)
     # files: the kustomization that reads the file and the field naming it
     kustomize_use: tuple[str, str] | None = None
+    # Argo CD parameter override files beside it (`argocd_overrides`): part of the key.
+    overrides: tuple[str, ...] = ()
 
 
 @dataclass
@@ -86,6 +88,7 @@ class Renderer:
         self._shared: dict[str, _SharedBuild] = {}  # plan key -> its shared build
         self._shared_lock = threading.Lock()
         self._kustomize_uses = KustomizeUses()
+        self._overrides = ArgoCDOverrides()
 
     def render(self, targets: list[Target]) -> list[RenderResult]:
         """Render every target; raise the first InputError (in target order)."""
@@ -151,9 +154,11 @@ class Renderer:
         return [plan(target) for target in targets]
 
     def _plan_one(self, target: Target, stdin_text: str | None) -> Plan:
+        overrides = self._overrides.of(target)
         if target.kind == "kustomization":
             graph = collect_inputs(Path(target.path), self._mirror)
-            return Plan(target, self._key(graph, target.is_run), inputs=graph)
+            key = digest(self._key(graph, target.is_run), *overrides)
+            return Plan(target, key, inputs=graph, overrides=overrides)
         use = None
         if target.kind == "stdin":
             text = stdin_text or ""
@@ -164,8 +169,8 @@ class Renderer:
             use = self._kustomize_uses.of(target.path)
         if self.options.envsubst and target.kind != "helm":
             text = templates.envsubst(text, os.environ)
-        key = digest(code_fingerprint(), "file", text, *(use or ()))
-        return Plan(target, key, text=text, kustomize_use=use)
+        key = digest(code_fingerprint(), "file", text, *(use or ()), *overrides)
+        return Plan(target, key, text=text, kustomize_use=use, overrides=overrides)
 
     def render_plan(self, plan: Plan) -> RenderResult:
         target = plan.target
@@ -175,7 +180,8 @@ class Renderer:
             # helm's output lines mean nothing to the user: findings name the chart.
             file = None if target.kind == "helm" else where
             read = read_plain(text, where, file, plan.kustomize_use)
-            return RenderResult(target, read.documents, plan.key, text, read.findings)
+            findings = [*read.findings, *argocd_overrides(target, plan.overrides)]
+            return RenderResult(target, read.documents, plan.key, text, findings)
         cached = _cached_render(self.cache.get("render", plan.key))
         if cached is not None:
             text, findings = cached
@@ -190,8 +196,8 @@ class Renderer:
                 self.cache.put("render", plan.key, json.dumps(entry).encode())
         documents = load_documents(text, source=target.path, keep_text=True)
         strip_origins(documents)
-        # Looked up on every render, not cached: kustomize never reads these files.
-        findings = [*findings, *argocd_overrides(target)]
+        # Not in the cached render: kustomize never reads these files (the key has them).
+        findings = [*findings, *argocd_overrides(target, plan.overrides)]
         return RenderResult(target, documents, plan.key, text, findings, plan.inputs)
 
     def _key(self, graph: InputGraph, run: bool) -> str:
@@ -333,17 +339,51 @@ class _SharedBuild:
 ARGOCD_OVERRIDES = (".argocd-source.yaml", ".argocd-source-")
 
 
-def argocd_overrides(target: Target) -> list[Finding]:
-    """A finding per Argo CD parameter override file in a kustomization's directory."""
-    try:
-        names = sorted(
-            entry.name
-            for entry in os.scandir(target.path)
-            if entry.name == ARGOCD_OVERRIDES[0]
-            or (entry.name.startswith(ARGOCD_OVERRIDES[1]) and entry.name.endswith(".yaml"))
-        )
-    except OSError:
-        return []
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _directory_of(target: Target) -> str:
+    return target.path if target.kind == "kustomization" else os.path.dirname(target.path)
+
+
+class ArgoCDOverrides:
+    """The Argo CD parameter override files beside a target, each directory read once:
+    a kustomization's own, and a plain file's directory's (an Argo CD directory source),
+    given with the directory's first manifest file only, so reported once."""
+
+    def __init__(self) -> None:
+        self._directories: dict[str, tuple[str | None, tuple[str, ...]]] = {}
+
+    def of(self, target: Target) -> tuple[str, ...]:
+        if target.kind not in ("kustomization", "file"):
+            return ()
+        first, names = self._read(_directory_of(target) or ".")
+        if target.kind == "file" and first != os.path.basename(target.path):
+            return ()
+        return names
+
+    def _read(self, directory: str) -> tuple[str | None, tuple[str, ...]]:
+        known = self._directories.get(directory)
+        if known is None:
+            try:
+                entries = [entry.name for entry in os.scandir(directory)]
+            except OSError:
+                entries = []
+            manifests = [n for n in entries if n.endswith(MANIFEST_SUFFIXES) and n[:1] != "."]
+            names = tuple(
+                sorted(
+                    n
+                    for n in entries
+                    if n == ARGOCD_OVERRIDES[0]
+                    or (n.startswith(ARGOCD_OVERRIDES[1]) and n.endswith(".yaml"))
+                )
+            )
+            known = self._directories[directory] = (min(manifests, default=None), names)
+        return known
+
+
+def argocd_overrides(target: Target, names: tuple[str, ...]) -> list[Finding]:
+    """A finding per Argo CD parameter override file `names` beside `target`."""
     severity = ERROR if target.is_run else WARNING
     return [
         Finding(
@@ -357,7 +397,7 @@ def argocd_overrides(target: Target) -> list[Finding]:
             "this render",
             fix="Delete the file and put what it changes in the kustomization, where "
             "validate sees it.",
-            file=display_path(Path(target.path) / name),
+            file=display_path(Path(_directory_of(target)) / name),
         )
         for name in names
     ]
