@@ -588,6 +588,36 @@ def test_on_kueue_a_team_pod_takes_its_priority_from_the_queue(scheduler, denied
     assert bool(refused) is denied, denials(docs, job)
 
 
+@pytest.mark.parametrize("scheduler", ["default", "kueue", "volcano"])
+def test_no_pod_takes_a_system_priority_on_any_scheduler(scheduler):
+    """system-node-critical lets kube-scheduler evict any pod on the node (round 9 of the
+    attack: a run on a cluster without a queue preempted another run's workers)."""
+    if scheduler == "default":
+        raw = {"fabric": "tcp", "nic": "eth1", "gpusPerNode": 8, "nodes": 2,
+               "storageClass": "cephfs", "image": "ghcr.io/example-org/trainer:1.0.0"}  # fmt: skip
+        profile = parse_profile(raw, "lab")
+        docs = admission.documents(profile, overlay.job_controllers(profile))
+        docs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+            "name": "vision", "labels": {tenancy.TENANT_LABEL: "training"}}})  # fmt: skip
+        docs.append(tenancy.params(profile, "vision", None))
+        job = team_job(scheduler)
+        job["metadata"]["labels"] = {}
+        _pods(job)[0]["metadata"]["annotations"] = {}
+        _pods(job)[1]["metadata"]["annotations"] = {}
+        del job["spec"]["runPolicy"]
+    else:
+        docs = platform(cluster(scheduler))
+        job = team_job(scheduler)
+    assert PolicySet(docs).problems == {}
+    assert denials(docs, job) == []
+    if scheduler == "volcano":
+        _pods(job)[1]["spec"]["priorityClassName"] = "standard"
+        assert denials(docs, job) == []
+    _pods(job)[1]["spec"]["priorityClassName"] = "system-node-critical"
+    [message] = denials(docs, job)
+    assert "priorityClassName" in message and "preempt" in message, message
+
+
 def _owned(kind: str) -> list[dict]:
     return [
         {

@@ -514,18 +514,6 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
                 "reason": "Forbidden",
             }
         )
-        # Kueue orders workloads by the label; a pod's PriorityClass is what kube-scheduler
-        # preempts by (system-node-critical evicts anything on the node), and no admission
-        # plugin keeps the system classes in kube-system unless the cluster configures it.
-        out.append(
-            {
-                "expression": "variables.podSpecs.all(s, !has(s.priorityClassName) || "
-                "s.priorityClassName == '')",
-                "message": f"pods take their priority from the queue (label {PRIORITY_LABEL}): "
-                "no priorityClassName, which kube-scheduler would preempt other pods by",
-                "reason": "Forbidden",
-            }
-        )
     elif p.scheduler == "volcano":
         policy = "object.spec.runPolicy.schedulingPolicy"
         kubeflow = f"{KIND} in ['PyTorchJob', 'MPIJob']"
@@ -570,6 +558,37 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
                 "message": "training pods join their own job's PodGroup: no "
                 f"{' or '.join(GROUP_NAMES)} annotation, which puts a pod in another "
                 "job's gang",
+                "reason": "Forbidden",
+            }
+        )
+    # A pod's PriorityClass is what kube-scheduler preempts by (system-node-critical evicts
+    # anything on the node: kubernetes v1.35 pkg/scheduler/framework/preemption), and no
+    # admission plugin keeps the system classes in kube-system unless the cluster
+    # configures it (plugin/pkg/admission/priority). Kueue orders workloads by the label;
+    # without a queue no priority is the platform's; Volcano's are the profile's classes.
+    if p.scheduler == "volcano":
+        out.append(
+            {
+                "expression": "variables.podSpecs.all(s, !has(s.priorityClassName) || "
+                "s.priorityClassName in variables.priorities)",
+                "messageExpression": "'a pod priorityClassName is one of the priorities ' + "
+                "params.data.priorities + ': another, such as system-node-critical, would "
+                "preempt the pods of other jobs'",
+                "reason": "Forbidden",
+            }
+        )
+    else:
+        whose = (
+            f"pods take their priority from the queue (label {PRIORITY_LABEL})"
+            if p.scheduler == "kueue"
+            else "pods of all jobs share one priority"
+        )
+        out.append(
+            {
+                "expression": "variables.podSpecs.all(s, !has(s.priorityClassName) || "
+                "s.priorityClassName == '')",
+                "message": f"{whose}: no priorityClassName, which kube-scheduler would preempt "
+                "other pods by",
                 "reason": "Forbidden",
             }
         )
