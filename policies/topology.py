@@ -20,12 +20,17 @@ from trainops.admission import names
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import REPLICA_FIELDS, PodTemplate, mapping
-from trainops.profile.topology import CAPACITY, PREFERRED, REQUIRED, TAS_ANNOTATIONS
+from trainops.profile.topology import (
+    CAPACITY,
+    PODSET_GROUP,
+    PREFERRED,
+    REQUIRED,
+    TAS_ANNOTATIONS,
+)
 
 from . import common
 from .placement import QUEUED_KINDS
 
-PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
 UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
 SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
 SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"

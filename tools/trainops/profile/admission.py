@@ -122,6 +122,16 @@ def _kinds(kinds: tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{k}'" for k in kinds) + "]"
 
 
+def _without_annotations(keys: tuple[str, ...]) -> str:
+    """CEL: no pod template and no TrainJob runtime patch carries any of `keys`."""
+    in_template = " && ".join(f"!('{k}' in t.metadata.annotations)" for k in keys)
+    in_patch = " && ".join(f"!('{k}' in m)" for k in keys)
+    return (
+        "variables.templates.all(t, !has(t.metadata) || !has(t.metadata.annotations) || "
+        f"{in_template}) && variables.patchAnnotations.all(js, js.all(m, {in_patch}))"
+    )
+
+
 def _has(path: str) -> str:
     """`has()` of every step of a dotted path below `object`: a.b.c -> has(a.b) && has(a.b.c)."""
     steps = path.split(".")
@@ -309,9 +319,7 @@ CHECKPOINT_CLAIM = "checkpoints"
 # A label the pod's controller does not set reads as "" (a fieldRef to a missing label),
 # and subPathExpr "" mounts the whole claim: every run's checkpoints.
 JOB_NAME_LABEL_OF_KIND = {
-    "PyTorchJob": "training.kubeflow.org/job-name",
-    "MPIJob": "training.kubeflow.org/job-name",
-    "JobSet": "jobset.sigs.k8s.io/jobset-name",
+    **{kind: label for kind, label in JOB_LABELS.items() if kind != "TrainJob"},
     "Job": "batch.kubernetes.io/job-name",
     "CronJob": "batch.kubernetes.io/job-name",
 }
@@ -548,13 +556,9 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
                 "reason": "Forbidden",
             }
         )
-        free = " && ".join(f"!('{a}' in m)" for a in GROUP_NAMES)
         out.append(
             {
-                "expression": "variables.templates.all(t, !has(t.metadata) || "
-                "!has(t.metadata.annotations) || "
-                + " && ".join(f"!('{a}' in t.metadata.annotations)" for a in GROUP_NAMES)
-                + f") && variables.patchAnnotations.all(js, js.all(m, {free}))",
+                "expression": _without_annotations(GROUP_NAMES),
                 "message": "training pods join their own job's PodGroup: no "
                 f"{' or '.join(GROUP_NAMES)} annotation, which puts a pod in another "
                 "job's gang",
@@ -616,10 +620,7 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
             "reason": "Forbidden",
         },
         {
-            "expression": "variables.templates.all(t, !has(t.metadata) || "
-            f"!has(t.metadata.annotations) || !('{DEFAULT_NETWORK}' in t.metadata.annotations)) "
-            "&& variables.patchAnnotations.all(js, js.all(m, "
-            f"!('{DEFAULT_NETWORK}' in m)))",
+            "expression": _without_annotations((DEFAULT_NETWORK,)),
             "message": f"pods keep the cluster's default network: no {DEFAULT_NETWORK}",
             "reason": "Forbidden",
         },

@@ -19,7 +19,13 @@ from typing import Any
 from trainops.profile import admission, fabric, observability, schedulers, tenancy
 from trainops.profile.generated import generated_file
 from trainops.profile.model import ClusterProfile
-from trainops.profile.topology import HOSTNAME, PREFERRED, kueue_topology, volcano_tier
+from trainops.profile.topology import (
+    HOSTNAME,
+    PODSET_GROUP,
+    PREFERRED,
+    kueue_topology,
+    volcano_tier,
+)
 from trainops.yamlio import dump
 
 BASE = "../../base"  # from overlays/<cluster>/
@@ -574,11 +580,6 @@ def _priority_patches(p: ClusterProfile) -> list[dict[str, Any]]:
         }
     ]
     return [{"target": {"group": "kubeflow.org"}, "patch": dump(ops).rstrip("\n")}]
-
-
-# Kueue places two pod sets in the same topology domain when they share a group name;
-# a group is exactly two pod sets, one of them a single pod (a PyTorchJob's Master).
-PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
 
 
 def _pod_patch(

@@ -25,10 +25,9 @@ from trainops.profile.tenancy import (
     VOLCANO_QUEUE,
     default_priority,
 )
-from trainops.profile.topology import MODES, PREFERRED, REQUIRED, level
+from trainops.profile.topology import MODES, PODSET_GROUP, PREFERRED, REQUIRED, level
 
 TEAMS_DIR = "teams"
-PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
 RUNTIME_PATCH_MANAGER = "trainops.dev/team"
 # The pod templates of each template's job, as JSON pointers.
 POD_TEMPLATES = {

@@ -26,6 +26,9 @@ HOSTNAME = "kubernetes.io/hostname"
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 TAS_ANNOTATIONS = (REQUIRED, PREFERRED)
+# Kueue places two pod sets in the same topology domain when they share a group name;
+# a group is exactly two pod sets, one of them a single pod (a PyTorchJob's Master).
+PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
 MODES = ("required", "preferred")
 CAPACITY = "trainops.dev/nodes-per-domain"
 _LABEL = re.compile(

@@ -31,7 +31,7 @@ from trainops.cache import Cache, FileHasher, code_fingerprint, digest
 from trainops.errors import InputError
 from trainops.model import ERROR, WARNING, Document, Finding, Target
 from trainops.render import batch, helm, kustomize, templates
-from trainops.render.discover import display_path
+from trainops.render.discover import MANIFEST_SUFFIXES, display_path
 from trainops.render.inputs import InputGraph, RemoteUse, collect_inputs
 from trainops.render.origin import strip_origins
 from trainops.render.plain import KustomizeUses, read_plain
@@ -337,9 +337,6 @@ class _SharedBuild:
 # generating manifests (argo-cd v3.5.1 reposerver/repository/repository.go,
 # mergeSourceParameters): patches, name prefixes, images, labels, another source type.
 ARGOCD_OVERRIDES = (".argocd-source.yaml", ".argocd-source-")
-
-
-MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def _directory_of(target: Target) -> str:
