@@ -27,11 +27,13 @@ CONTROLLER = "https://github.com/argoproj/argo-cd/blob/v3.5.1/controller"
 
 HOOK = "argocd.argoproj.io/hook"
 DELETE_POLICY = "argocd.argoproj.io/hook-delete-policy"
+HELM_DELETE_POLICY = "helm.sh/hook-delete-policy"
 WAVE = "argocd.argoproj.io/sync-wave"
 SYNC_OPTIONS = "argocd.argoproj.io/sync-options"
 COMPARE_OPTIONS = "argocd.argoproj.io/compare-options"
 HELM_HOOK = "helm.sh/hook"
 HELM_WEIGHT = "helm.sh/hook-weight"
+HELM_RESOURCE_POLICY = "helm.sh/resource-policy"
 
 SYNC_PHASES = ("PreSync", "Sync", "PostSync", "SyncFail")
 # common.NewHookType, plus the deletion hooks controller/hook.go runs.
@@ -123,7 +125,7 @@ def delete_policies(doc: Document) -> list[str]:
     found = [p for p in _csv(annotations.get(DELETE_POLICY, "")) if p in DELETE_POLICIES]
     found += [
         HELM_DELETE_POLICIES[p]
-        for p in _csv(annotations.get("helm.sh/hook-delete-policy", ""))
+        for p in _csv(annotations.get(HELM_DELETE_POLICY, ""))
         if p in HELM_DELETE_POLICIES
     ]
     return found or ["BeforeHookCreation"]
@@ -209,29 +211,32 @@ def hook_type(doc: Document, ctx: Context) -> Iterator[Violation]:
     fix="Spell the policy as Argo CD does (HookSucceeded, HookFailed, BeforeHookCreation), "
     "and put it on an object that has argocd.argoproj.io/hook.",
     kinds=EVERY_KIND,
-    applies=_sets(DELETE_POLICY),
+    applies=_sets(DELETE_POLICY, HELM_DELETE_POLICY),
+    source=(ENGINE + "/sync/hook/helm/delete_policy.go#L19-L42",),
 )
 def hook_delete_policy(doc: Document, ctx: Context) -> Iterator[Violation]:
-    value = _annotations(doc).get(DELETE_POLICY)
-    if value is None:
-        return
-    path = ("metadata", "annotations", DELETE_POLICY)
-    unknown = [p for p in _csv(value) if p not in DELETE_POLICIES]
-    if unknown:
-        yield Violation(
-            f"hook-delete-policy {value!r}: Argo CD ignores {', '.join(unknown)}"
-            + (
-                ""
-                if len(unknown) < len(_csv(value))
-                else " and deletes the hook only before it creates it again (BeforeHookCreation)"
-            ),
-            path,
-        )
-    if hook_types(doc) is None:
-        yield Violation(
-            "hook-delete-policy on an object that is not a hook: Argo CD never reads it",
-            path,
-        )
+    annotations = _annotations(doc)
+    kept = {DELETE_POLICY: DELETE_POLICIES, HELM_DELETE_POLICY: HELM_DELETE_POLICIES}
+    named = [(key, _csv(annotations[key])) for key in kept if key in annotations]
+    everything_unknown = all(p not in kept[key] for key, values in named for p in values)
+    for key, values in named:
+        path = ("metadata", "annotations", key)
+        unknown = [p for p in values if p not in kept[key]]
+        if unknown:
+            yield Violation(
+                f"{key} {annotations[key]!r}: Argo CD ignores {', '.join(unknown)}"
+                + (
+                    " and deletes the hook only before it creates it again (BeforeHookCreation)"
+                    if everything_unknown
+                    else ""
+                ),
+                path,
+            )
+        if hook_types(doc) is None:
+            yield Violation(
+                f"{key} on an object that is not a hook: Argo CD never reads it",
+                path,
+            )
 
 
 @resource_rule(
@@ -352,6 +357,41 @@ def sync_options(doc: Document, ctx: Context) -> Iterator[Violation]:
         path, options = found
         for problem in _option_problems(options, APP_OPTIONS):
             yield Violation(problem, path)
+
+
+@resource_rule(
+    id="argocd-helm-resource-policy",
+    severity=WARNING,
+    title="helm.sh/resource-policy is the lower-case keep Argo CD compares",
+    why="Helm lower-cases and trims helm.sh/resource-policy before it compares it with keep, "
+    "but Argo CD's application controller keeps an object on cascading deletion only when "
+    "one comma-separated value is exactly keep (HasAnnotationOption): Keep or KEEP, which "
+    "Helm honours, is ignored by Argo CD, and the claim is deleted with its Application, "
+    "its volume with it.",
+    fix="Write helm.sh/resource-policy: keep (lower case), or use "
+    "argocd.argoproj.io/sync-options: Delete=false.",
+    kinds=EVERY_KIND,
+    applies=_sets(HELM_RESOURCE_POLICY),
+    source=(CONTROLLER + "/appcontroller.go#L1251-L1261",),
+    when={
+        "error": "a PersistentVolumeClaim or Namespace meant to be kept is deleted with its "
+        "Application (its data with it)",
+        "warning": "any other object, or a value that is not keep in any case",
+    },
+)
+def helm_resource_policy(doc: Document, ctx: Context) -> Iterator[Violation]:
+    values = _csv(_annotations(doc)[HELM_RESOURCE_POLICY])
+    if "keep" in values:
+        return
+    meant = any(v.lower() == "keep" for v in values)
+    data = meant and doc.kind in ("PersistentVolumeClaim", "Namespace")
+    yield Violation(
+        f"helm.sh/resource-policy {', '.join(values) or '(empty)'!r} is not keep as Argo CD "
+        "compares it (exact, lower case)"
+        + (f": {doc.kind} {doc.name} is deleted with its Application" if data else ""),
+        ("metadata", "annotations", HELM_RESOURCE_POLICY),
+        severity=ERROR if data else None,
+    )
 
 
 @resource_rule(

@@ -254,6 +254,10 @@ FIXTURES: dict[str, Pair] = {
         _claim_annotated(**{OPTIONS: "Prune=False,Delete=false"}),
         _claim_annotated(**{OPTIONS: "Prune=false,Delete=false"}),
     ),
+    "argocd-helm-resource-policy": (
+        _claim_annotated(**{"helm.sh/resource-policy": "Keep"}),
+        _claim_annotated(**{"helm.sh/resource-policy": "keep"}),
+    ),
     "argocd-compare-options": (
         _with_config_map(**{COMPARE: "IgnoreExtraneous=true"}),
         _with_config_map(**{COMPARE: "IgnoreExtraneous"}),
@@ -350,6 +354,20 @@ MORE: dict[str, list[Pair]] = {
         (
             _with_config_map(**{DELETE: "HookSucceeded"}),
             _with_config_map(**{HELM_HOOK: "pre-install", DELETE: "HookFailed"}),
+        ),
+        (
+            _with_config_map(
+                **{
+                    HELM_HOOK: "pre-install",
+                    "helm.sh/hook-delete-policy": "before-hook-creaton,hook-succeeded",
+                }
+            ),
+            _with_config_map(
+                **{
+                    HELM_HOOK: "pre-install",
+                    "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded",
+                }
+            ),
         ),
     ],
     "argocd-sync-options": [
