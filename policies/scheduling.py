@@ -19,6 +19,7 @@ labelled scheduling.x-k8s.io/pod-group).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
@@ -27,7 +28,7 @@ import yaml
 
 from trainops.admission import quantity
 from trainops.model import ERROR, WARNING, Document
-from trainops.policy import Context, Violation, pod_rule, resource_rule
+from trainops.policy import Context, Violation, pod_rule, resource_rule, sets_any
 from trainops.policy.pods import POD_KINDS, PodTemplate, dicts, mapping
 
 from . import common
@@ -376,6 +377,17 @@ HIGHEST_USER_PRIORITY = 1_000_000_000
 KAI = "https://github.com/NVIDIA/KAI-Scheduler/blob/v0.13.0/"
 KAI_QUEUE_LABEL = "kai.scheduler/queue"
 KAI_GROUP = "scheduling.run.ai/"
+KAI_GPU_REQUESTS = (
+    "https://github.com/kai-scheduler/KAI-Scheduler/blob/v0.17.0/pkg/binder/plugins/gpusharing/"
+    "gpu-request/gpu_request_validator.go"
+)
+# The pod annotations KAI's binder reads a shared-GPU request from (pkg/common/constants).
+GPU_FRACTION, GPU_MEMORY, FRACTION_DEVICES, MPS = (
+    "gpu-fraction",
+    "gpu-memory",
+    "gpu-fraction-num-devices",
+    "mps",
+)
 COSCHEDULING = "https://github.com/kubernetes-sigs/scheduler-plugins/blob/v0.34.7/"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 COSCHEDULING_GROUP = "scheduling.x-k8s.io/"
@@ -537,6 +549,75 @@ def kai_scheduler_name(doc: Document, ctx: Context) -> Iterator[Violation]:
                 (*pod.path, "schedulerName"),
             )
             return
+
+
+def _positive_integer(value: Any) -> bool:
+    text = str(value)
+    return text.isascii() and text.isdigit() and int(text) > 0
+
+
+def _kai_gpu_request_problem(pod: PodTemplate) -> tuple[str, str] | None:
+    """The first refusal of KAI's binder (ValidateGpuRequests, in its order): the
+    annotation it is about and why."""
+    notes = pod.annotations
+    whole = any(
+        "nvidia.com/gpu" in mapping(mapping(c.get("resources")).get("limits"))
+        for key in ("containers", "initContainers")
+        for c in dicts(pod.spec.get(key))
+    )
+    fraction, memory = GPU_FRACTION in notes, GPU_MEMORY in notes
+    if not (fraction or memory) and str(notes.get(MPS)) == "true":
+        return MPS, "MPS is only supported with a GPU fraction request"
+    if fraction and whole:
+        return GPU_FRACTION, "a GPU fraction and a whole nvidia.com/gpu limit together"
+    if memory and (fraction or whole):
+        return GPU_MEMORY, "gpu-memory together with a GPU fraction or whole GPUs"
+    if FRACTION_DEVICES in notes and not (fraction or memory):
+        return FRACTION_DEVICES, "a fractional device count without gpu-fraction or gpu-memory"
+    if memory and not _positive_integer(notes[GPU_MEMORY]):
+        return GPU_MEMORY, f"gpu-memory {notes[GPU_MEMORY]!r} is not a positive integer (MiB)"
+    if fraction:
+        try:
+            value = float(str(notes[GPU_FRACTION]))
+        except ValueError:
+            value = math.nan
+        if not 0 < value < 1:
+            return GPU_FRACTION, (
+                f"gpu-fraction {notes[GPU_FRACTION]!r} is not a number between 0 and 1 "
+                "(a whole GPU is asked for with nvidia.com/gpu)"
+            )
+    if FRACTION_DEVICES in notes and not _positive_integer(notes[FRACTION_DEVICES]):
+        return FRACTION_DEVICES, (
+            f"gpu-fraction-num-devices {notes[FRACTION_DEVICES]!r} is not a positive integer"
+        )
+    return None
+
+
+@pod_rule(
+    id="kai-gpu-request",
+    severity=ERROR,
+    source=KAI_GPU_REQUESTS,
+    title="A KAI shared-GPU request is one KAI's binder accepts",
+    why="KAI's binder validates a pod's GPU-sharing annotations before it binds it "
+    "(ValidateGpuRequests): gpu-fraction must parse as a number strictly between 0 and 1 "
+    "and cannot come with an nvidia.com/gpu limit, gpu-memory is a positive integer and "
+    "excludes both, gpu-fraction-num-devices and mps=true need a fraction or memory "
+    "request. A pod that fails is never bound: it stays Pending, and its job's gang waits "
+    "for it.",
+    fix="Ask for part of a GPU with gpu-fraction (0 < value < 1) or gpu-memory alone, and "
+    "for whole GPUs with nvidia.com/gpu limits only.",
+    applies=sets_any(GPU_FRACTION, GPU_MEMORY, FRACTION_DEVICES, MPS),
+)
+def kai_gpu_request(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    if pod.spec.get("schedulerName") != "kai-scheduler":
+        return
+    problem = _kai_gpu_request_problem(pod)
+    if problem is not None:
+        key, reason = problem
+        yield Violation(
+            f"{reason}: KAI's binder refuses the {pod.role} pods, which stay Pending",
+            (*pod.path[:-1], "metadata", "annotations", key),
+        )
 
 
 def _kai(doc: Document) -> bool:

@@ -199,6 +199,27 @@ def _kai_scheduled(scheduler: str | None) -> Callable[[], Docs]:
     return edit(change)
 
 
+def _kai_shared(fraction: str, whole_gpus: bool = False) -> Callable[[], Docs]:
+    """The job on KAI with gpu-fraction `fraction` on its pods, and nvidia.com/gpu limits
+    only if `whole_gpus`."""
+
+    def change(docs: Docs) -> None:
+        doc = job(docs)
+        doc["metadata"]["labels"]["kai.scheduler/queue"] = "team-a"
+        for replica in doc["spec"]["pytorchReplicaSpecs"].values():
+            template = replica["template"]
+            template["spec"]["schedulerName"] = "kai-scheduler"
+            template.setdefault("metadata", {}).setdefault("annotations", {})["gpu-fraction"] = (
+                fraction
+            )
+            for container in template["spec"]["containers"]:
+                for section in container.get("resources", {}).values():
+                    if not whole_gpus:
+                        section.pop("nvidia.com/gpu", None)
+
+    return edit(change)
+
+
 def _workload_priority(name: str) -> Callable[[], Docs]:
     def change(docs: Docs) -> None:
         docs.append(_priority("training-high", 1000))
@@ -402,6 +423,7 @@ FIXTURES: dict[str, Pair] = {
     ),
     "kai-queue-exists": (_kai_job("team-b"), _kai_job("team-a")),
     "kai-scheduler-name": (_kai_scheduled(None), _kai_scheduled("kai-scheduler")),
+    "kai-gpu-request": (_kai_shared("1.0"), _kai_shared("0.75")),
     "kai-queue-spec": (
         _with(_kai_queue("team-a", resources=False)),
         _with(_kai_queue("team-a")),
@@ -534,6 +556,7 @@ MORE: dict[str, list[Pair]] = {
         (_workload_priority("training-high"), _workload_priority("")),
     ],
     "kai-scheduler-name": [(_kai_scheduled("default-scheduler"), _kai_scheduled("kai-scheduler"))],
+    "kai-gpu-request": [(_kai_shared("0.5", whole_gpus=True), _kai_shared("0.5"))],
     "kai-queue-exists": [(_kai_job("research"), _kai_job("team-a"))],
     "kai-queue-spec": [
         (
