@@ -13,7 +13,9 @@ highestTierAllowed and highestTierName, partition policies whose arithmetic does
 up, dependsOn that is not a DAG, and jobs sent to the root queue or to a queue with child
 queues; the queue webhook (queues/validate/validate_queue.go) refuses a guarantee above
 deserved, deserved above capability, bad hierarchy annotations and a parent that is the
-queue itself or does not exist.
+queue itself or does not exist; the pod webhook (pods/validate/admit_pod.go) refuses a
+pod that is not a Volcano Job's with both disruption-budget annotations, or either one not a
+positive integer or a percentage of 1-99.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from trainops.admission import names, quantity
 from trainops.model import ERROR, Document
-from trainops.policy import Context, Violation, resource_rule
+from trainops.policy import Context, PodTemplate, Violation, pod_rule, resource_rule, sets_any
 from trainops.policy.pods import dicts, is_int, mapping
 
 NEEDS_SVC = ("tensorflow", "mpi", "pytorch", "ray")
@@ -89,6 +91,15 @@ def plugin_files(doc: Document, ctx: Context) -> Iterator[Violation]:
 VOLCANO = "https://github.com/volcano-sh/volcano/blob/v1.15.1/"
 ADMIT_JOB = VOLCANO + "pkg/webhooks/admission/jobs/validate/admit_job.go"
 VALIDATE_QUEUE = VOLCANO + "pkg/webhooks/admission/queues/validate/validate_queue.go"
+ADMIT_POD = VOLCANO + "pkg/webhooks/admission/pods/validate/admit_pod.go#L114-L134"
+# The disruption-budget annotations the pod webhook validates (volcano.sh/apis
+# scheduling/v1 labels.go), on pods that belong to no PodGroup by annotation.
+POD_BUDGETS = ("volcano.sh/jdb-min-available", "volcano.sh/jdb-max-unavailable")
+POD_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+# Controllers that put their pods in a PodGroup by that annotation when Volcano gangs
+# them (training-operator v1.9.0 and mpi-operator v0.8.0 volcano schedulers), so the
+# webhook never reads the budgets of their pods.
+GROUPING_KINDS = frozenset({"PyTorchJob", "MPIJob", "TFJob", "XGBoostJob", "PaddleJob", "JAXJob"})
 # The job plugins volcano v1.15.1 registers (pkg/controllers/job/plugins/factory.go).
 JOB_PLUGINS = ("ssh", "env", "svc", "tensorflow", "mpi", "pytorch", "hcclrank", "ray")
 HIERARCHY = "volcano.sh/hierarchy"
@@ -394,3 +405,49 @@ def volcano_queue_leaf(doc: Document, ctx: Context) -> Iterator[Violation]:
                 "refuses the queue",
                 ("spec", "parent"),
             )
+
+
+def _budget_problem(value: Any) -> str | None:
+    """validateIntPercentageStr: an integer above 0, or a percentage from 1% to 99%."""
+    text = str(value)
+    if text.lstrip("-").isdigit():
+        return None if int(text) > 0 else "is not a positive integer"
+    number = text.replace("%", "")
+    if not number.lstrip("-").isdigit():
+        return "is neither an integer nor a percentage"
+    return None if 0 < int(number) < 100 else "is not a percentage from 1% to 99%"
+
+
+@pod_rule(
+    id="volcano-pod-budget",
+    severity=ERROR,
+    source=ADMIT_POD,
+    title="A Volcano pod sets one valid disruption budget",
+    why="Volcano's pod webhook validates pods that the volcano scheduler schedules and no "
+    "Volcano Job owns (no scheduling.k8s.io/group-name): volcano.sh/jdb-min-available and "
+    "volcano.sh/jdb-max-unavailable are exclusive, and each is a positive integer or a "
+    "percentage from 1% to 99%. The controller's object is accepted, but every pod CREATE is "
+    "refused, so no replica ever starts.",
+    fix="Keep one of the two annotations, with a positive integer or a percentage below 100%.",
+    applies=sets_any(*POD_BUDGETS),
+)
+def volcano_pod_budget(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    notes = pod.annotations
+    grouped = pod.doc.kind in GROUPING_KINDS or pod.doc.api_version.startswith("batch.volcano.sh/")
+    if pod.spec.get("schedulerName") != "volcano" or grouped or POD_GROUP_ANNOTATION in notes:
+        return
+    at = (*pod.path[:-1], "metadata", "annotations")
+    present = [key for key in POD_BUDGETS if key in notes]
+    for key in present:
+        problem = _budget_problem(notes[key])
+        if problem:
+            yield Violation(
+                f"{key} {str(notes[key])!r} {problem}: Volcano refuses the {pod.role} pods",
+                (*at, key),
+            )
+            return
+    if len(present) > 1:
+        yield Violation(
+            f"both {' and '.join(present)}: Volcano refuses the {pod.role} pods (one at a time)",
+            (*at, present[-1]),
+        )

@@ -19,6 +19,7 @@ from tests.policies.fixtures import (
     jobset,
     kueue_topology,
     platform,
+    pod,
     volcano_job,
 )
 
@@ -218,6 +219,27 @@ def _kai_shared(fraction: str, whole_gpus: bool = False) -> Callable[[], Docs]:
                         section.pop("nvidia.com/gpu", None)
 
     return edit(change)
+
+
+def _volcano_budget(**budgets: str) -> Callable[[], Docs]:
+    """A batch/v1 Job scheduled by volcano whose pods carry the disruption budgets
+    (keyword min/max for volcano.sh/jdb-min-available / jdb-max-unavailable)."""
+    keys = {"min": "volcano.sh/jdb-min-available", "max": "volcano.sh/jdb-max-unavailable"}
+
+    def docs() -> Docs:
+        template = pod()
+        template["spec"]["schedulerName"] = "volcano"
+        template["spec"]["restartPolicy"] = "Never"
+        template["metadata"]["annotations"].update({keys[k]: v for k, v in budgets.items()})
+        batch = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "eval", "namespace": NAMESPACE},
+            "spec": {"template": template},
+        }
+        return [*platform(), batch]
+
+    return docs
 
 
 def _workload_priority(name: str) -> Callable[[], Docs]:
@@ -424,6 +446,7 @@ FIXTURES: dict[str, Pair] = {
     "kai-queue-exists": (_kai_job("team-b"), _kai_job("team-a")),
     "kai-scheduler-name": (_kai_scheduled(None), _kai_scheduled("kai-scheduler")),
     "kai-gpu-request": (_kai_shared("1.0"), _kai_shared("0.75")),
+    "volcano-pod-budget": (_volcano_budget(min="4", max="25%"), _volcano_budget(max="25%")),
     "kai-queue-spec": (
         _with(_kai_queue("team-a", resources=False)),
         _with(_kai_queue("team-a")),
@@ -557,6 +580,7 @@ MORE: dict[str, list[Pair]] = {
     ],
     "kai-scheduler-name": [(_kai_scheduled("default-scheduler"), _kai_scheduled("kai-scheduler"))],
     "kai-gpu-request": [(_kai_shared("0.5", whole_gpus=True), _kai_shared("0.5"))],
+    "volcano-pod-budget": [(_volcano_budget(max="100%"), _volcano_budget(min="1"))],
     "kai-queue-exists": [(_kai_job("research"), _kai_job("team-a"))],
     "kai-queue-spec": [
         (
