@@ -26,7 +26,7 @@ from typing import Any
 
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy import Context, Violation, pod_rule, resource_rule, sets_any
-from trainops.policy.pods import PodTemplate, mapping, pod_templates
+from trainops.policy.pods import PodTemplate, dicts, mapping, pod_templates
 
 CORE_VALIDATION = (
     "https://github.com/kubernetes/kubernetes/blob/000f26050b9be6fb3d79fae95e06b47fc96128cd/"
@@ -725,6 +725,9 @@ NVIDIA_PREPARE = NVIDIA_CONFIG + "cmd/gpu-kubelet-plugin/device_state.go#L600-L7
 NVIDIA_CONFIG_KINDS = frozenset({"GpuConfig", "MigDeviceConfig", "VfioDeviceConfig"})
 SHARING_GATES = {"TimeSlicing": "TimeSlicingSettings", "MPS": "MPSSupport"}
 TIME_SLICES = frozenset({"Default", "Short", "Medium", "Long"})
+# The device classes the driver's chart installs, by the devices they select.
+DRIVER_DEVICE_TYPES = {"gpu.nvidia.com": "full GPUs", "mig.nvidia.com": "MIG devices"}
+NVIDIA_SHARING = NVIDIA_CONFIG + "api/nvidia.com/resource/v1beta1/sharing.go"
 
 
 @resource_rule(
@@ -735,14 +738,16 @@ TIME_SLICES = frozenset({"Default", "Short", "Medium", "Long"})
     "strictly (apiVersion resource.nvidia.com/v1beta1, kind GpuConfig, MigDeviceConfig, "
     "VfioDeviceConfig) and validates it when it prepares the devices: a sharing strategy "
     "other than TimeSlicing or MPS, a time-slice interval other than Default, Short, Medium "
-    "or Long, or an MPS defaultActiveThreadPercentage outside 0-100 fails the preparation "
-    "and the pod never starts. Both strategies also need the driver's alpha feature gates "
+    "or Long, an MPS defaultActiveThreadPercentage outside 0-100, a timeSlicingConfig beside "
+    "MPS, or a GpuConfig for a request of the mig.nvidia.com class (a MigDeviceConfig for "
+    "gpu.nvidia.com) fails the preparation and the pod never starts. Both strategies also "
+    "need the driver's alpha feature gates "
     "(TimeSlicingSettings, MPSSupport), off by default.",
     fix="Use kind GpuConfig with sharing.strategy TimeSlicing (interval Default|Short|"
     "Medium|Long) or MPS (defaultActiveThreadPercentage 0-100), and enable the matching "
     "feature gate in the driver's Helm values.",
     kinds=("ResourceClaim", "ResourceClaimTemplate", "DeviceClass"),
-    source=(NVIDIA_VALIDATE, NVIDIA_PREPARE),
+    source=(NVIDIA_VALIDATE, NVIDIA_PREPARE, NVIDIA_SHARING),
     when={
         "error": "the driver refuses the config whatever its feature gates",
         "warning": "the sharing strategy needs a feature gate that is off by default",
@@ -751,9 +756,11 @@ TIME_SLICES = frozenset({"Default", "Short", "Medium", "Long"})
 def nvidia_gpu_config(doc: Document, ctx: Context) -> Iterator[Violation]:
     if doc.kind == "DeviceClass":
         entries, at = mapping(doc.obj.get("spec")).get("config"), ("spec", "config")
+        classes: dict[str, str] = {}
     else:
         spec, base = _claim_spec(doc)
         entries, at = mapping(spec.get("devices")).get("config"), (*base, "devices", "config")
+        classes = _request_classes(mapping(spec.get("devices")))
     for index, entry in enumerate(entries if isinstance(entries, list) else []):
         opaque = mapping(mapping(entry).get("opaque"))
         parameters = opaque.get("parameters")
@@ -761,6 +768,41 @@ def nvidia_gpu_config(doc: Document, ctx: Context) -> Iterator[Violation]:
             continue
         where = (*at, index, "opaque", "parameters")
         yield from _gpu_config_problems(parameters, where)
+        yield from _config_device_type(mapping(entry), classes, parameters, where)
+
+
+def _request_classes(devices: dict) -> dict[str, str]:
+    """Each request's device class: `exactly.deviceClassName` (resource.k8s.io/v1) or
+    `deviceClassName` (v1beta1)."""
+    classes = {}
+    for request in dicts(devices.get("requests")):
+        name = request.get("deviceClassName") or mapping(request.get("exactly")).get(
+            "deviceClassName"
+        )
+        if request.get("name") and name:
+            classes[str(request["name"])] = str(name)
+    return classes
+
+
+def _config_device_type(
+    entry: dict, classes: dict[str, str], parameters: dict, at: tuple
+) -> Iterator[Violation]:
+    """The plugin applies a config only to devices of its type (device_state.go,
+    validateDeviceConfigType): a GpuConfig to full GPUs, a MigDeviceConfig to MIG devices;
+    the driver's own device classes say which a request gets."""
+    kind = parameters.get("kind")
+    wanted = {"GpuConfig": "gpu.nvidia.com", "MigDeviceConfig": "mig.nvidia.com"}.get(str(kind))
+    requests = entry.get("requests")
+    for name in requests if wanted and isinstance(requests, list) else []:
+        device_class = classes.get(str(name))
+        if device_class in DRIVER_DEVICE_TYPES and device_class != wanted:
+            yield Violation(
+                f"a {kind} for request {name}, whose device class {device_class} gives "
+                f"{DRIVER_DEVICE_TYPES[device_class]}: the driver cannot apply it and the "
+                "pod never starts",
+                (*at, "kind"),
+            )
+            return
 
 
 def _gpu_config_problems(parameters: dict, at: tuple) -> Iterator[Violation]:
@@ -792,6 +834,12 @@ def _gpu_config_problems(parameters: dict, at: tuple) -> Iterator[Violation]:
         yield Violation(
             f"time-slice interval {interval!r} is not one of {', '.join(sorted(TIME_SLICES))}",
             (*at, "sharing", "timeSlicingConfig", "interval"),
+        )
+    if strategy == "MPS" and kind == "GpuConfig" and sharing.get("timeSlicingConfig") is not None:
+        yield Violation(
+            "a timeSlicingConfig beside the MPS strategy: the driver refuses the sharing "
+            "settings (GetMpsConfig) and the pod never starts",
+            (*at, "sharing", "timeSlicingConfig"),
         )
     percentage = mapping(sharing.get("mpsConfig")).get("defaultActiveThreadPercentage")
     if strategy == "MPS" and isinstance(percentage, int) and not 0 <= percentage <= 100:

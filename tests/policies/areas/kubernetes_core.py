@@ -102,6 +102,17 @@ def _gpu_config(**parameters: Any) -> dict[str, Any]:
     return _template(config=[{"opaque": {"driver": "gpu.nvidia.com", "parameters": config}}])
 
 
+def _mig_config(kind: str) -> dict[str, Any]:
+    """A template whose request of the driver's MIG class carries a config of `kind`."""
+    config = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": kind}
+    return _template(
+        request=_request(deviceClassName="mig.nvidia.com", count=1),
+        config=[
+            {"requests": ["gpu"], "opaque": {"driver": "gpu.nvidia.com", "parameters": config}}
+        ],
+    )
+
+
 # -- Services as pod subdomains ----------------------------------------------------------------
 
 
@@ -430,6 +441,19 @@ MORE: dict[str, list[Pair]] = {
             _claims(
                 _gpu_config(
                     sharing={"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Fast"}}
+                )
+            ),
+            _claims(_gpu_config()),
+        ),
+        (_claims(_mig_config("GpuConfig")), _claims(_mig_config("MigDeviceConfig"))),
+        (
+            _claims(
+                _gpu_config(
+                    sharing={
+                        "strategy": "MPS",
+                        "mpsConfig": {"defaultActiveThreadPercentage": 50},
+                        "timeSlicingConfig": {"interval": "Default"},
+                    }
                 )
             ),
             _claims(_gpu_config()),
