@@ -246,14 +246,20 @@ def queue_label(doc: Document) -> str | None:
     return str(value) if value else None
 
 
+def _volcano_pod_group(doc: Document) -> bool:
+    return doc.kind == "PodGroup" and doc.api_version.startswith("scheduling.volcano.sh/")
+
+
 def names_queue(doc: Document) -> bool:
     """Documents that may name a Kueue or Volcano queue: a Kueue label, a Volcano queue
-    annotation, a scheduling policy (runPolicy), a Volcano Job, or a Trainer v2 runtime
+    annotation, a scheduling policy (runPolicy), a Volcano Job or PodGroup, or a Trainer v2
+    runtime
     (the `applies` predicate of the queue rules)."""
     return (
         common.queued(doc)
         or "runPolicy" in mapping(doc.obj.get("spec"))
         or doc.api_version.startswith("batch.volcano.sh/")
+        or _volcano_pod_group(doc)
         or doc.kind in common.RUNTIME_KINDS
         or VOLCANO_QUEUE_ANNOTATION in mapping(doc.metadata.get("annotations"))
     )
@@ -265,12 +271,14 @@ def names_queue(doc: Document) -> bool:
     source=(
         "https://github.com/kubernetes-sigs/kueue/blob/v0.19.2/pkg/controller/core/workload_controller.go#L2084",
         "https://github.com/volcano-sh/volcano/blob/v1.15.1/pkg/webhooks/admission/jobs/validate/admit_job.go#L203",
+        "https://github.com/volcano-sh/volcano/blob/v1.15.1/pkg/webhooks/admission/podgroups/validate/validate_podgroup.go#L101-L117",
     ),
     title="Queues a job names exist",
-    why="Kueue leaves a job whose LocalQueue does not exist suspended forever; Volcano rejects "
-    "a PodGroup for a missing queue. Either way nothing starts and nothing fails.",
+    why="Kueue leaves a job whose LocalQueue does not exist suspended forever; Volcano's "
+    "webhooks refuse a Job or a PodGroup (scheduling.volcano.sh) for a missing queue. Either "
+    "way nothing starts.",
     fix="Create the LocalQueue (Kueue) or Queue (Volcano), or correct the name.",
-    kinds=QUEUED_KINDS,
+    kinds=(*QUEUED_KINDS, "PodGroup"),
     applies=names_queue,
 )
 def queue_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
@@ -285,7 +293,7 @@ def queue_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
     spec = mapping(doc.obj.get("spec"))
     policy = mapping(mapping(spec.get("runPolicy")).get("schedulingPolicy"))
     volcano, at = policy.get("queue"), ("spec", "runPolicy", "schedulingPolicy", "queue")
-    if doc.api_version.startswith("batch.volcano.sh/"):
+    if doc.api_version.startswith("batch.volcano.sh/") or _volcano_pod_group(doc):
         volcano, at = spec.get("queue"), ("spec", "queue")
     elif doc.kind in ("ClusterTrainingRuntime", "TrainingRuntime"):
         # Trainer v2 gives its Volcano PodGroup the queue the runtime's template names.

@@ -336,6 +336,27 @@ def _volcano_tree(queue: str) -> Callable[[], Docs]:
     return build
 
 
+def _queued_pod_group(queue: str) -> Callable[[], Docs]:
+    """A Volcano PodGroup sent to `queue`, beside the render's one Volcano Queue, research."""
+
+    def build() -> Docs:
+        queue_doc = {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "Queue",
+            "metadata": {"name": "research"},
+            "spec": {"weight": 1},
+        }
+        group = {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "vit", "namespace": NAMESPACE},
+            "spec": {"queue": queue, "minMember": 2},
+        }
+        return [*platform(), queue_doc, group]
+
+    return build
+
+
 def _v1beta1_checks(both: bool) -> Callable[[], Docs]:
     queue = _cluster_queue(admissionChecksStrategy=_checks("default"))
     queue["apiVersion"] = "kueue.x-k8s.io/v1beta1"
@@ -581,6 +602,7 @@ MORE: dict[str, list[Pair]] = {
     "kai-scheduler-name": [(_kai_scheduled("default-scheduler"), _kai_scheduled("kai-scheduler"))],
     "kai-gpu-request": [(_kai_shared("0.5", whole_gpus=True), _kai_shared("0.5"))],
     "volcano-pod-budget": [(_volcano_budget(max="100%"), _volcano_budget(min="1"))],
+    "queue-exists": [(_queued_pod_group("reserach"), _queued_pod_group("research"))],
     "kai-queue-exists": [(_kai_job("research"), _kai_job("team-a"))],
     "kai-queue-spec": [
         (
