@@ -38,6 +38,7 @@ def _policies(ctx: Context) -> PolicySet:
 
 @resource_rule(
     id="admission-policy",
+    security=True,
     severity=ERROR,
     title="Objects pass the cluster's ValidatingAdmissionPolicies",
     why="The platform's admission policies hold what CI holds (a team's queue, the approved "

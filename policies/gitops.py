@@ -23,6 +23,7 @@ def _sync_options(doc: Document) -> set[str]:
 
 @resource_rule(
     id="run-kind-synced",
+    security=True,
     severity=ERROR,
     title="A run holds only the job kinds its Argo CD project syncs",
     why="Runs sync under projects (trainops-runs, a team's) whose whitelist holds the job "
@@ -69,6 +70,7 @@ def run_name(ctx: Context) -> str | None:
 
 @resource_rule(
     id="run-job-own-name",
+    security=True,
     severity=ERROR,
     title="A run's jobs are its own: named after the run, synced as plain resources",
     why="A run's checkpoint directory is its job's name (subPathExpr $(TRAINER_JOB_NAME), "

@@ -164,6 +164,7 @@ def restricted(pod: PodTemplate) -> Iterator[str]:
 
 @pod_rule(
     id="pod-security-level",
+    security=True,
     severity=ERROR,
     source=(
         "https://github.com/kubernetes/kubernetes/blob/v1.34.0/staging/src/k8s.io/pod-security-admission/policy/check_hostNamespaces.go",

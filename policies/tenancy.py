@@ -69,6 +69,7 @@ def directory_team(ctx: Context) -> str | None:
 
 @resource_rule(
     id="run-team-namespace",
+    security=True,
     severity=ERROR,
     source=TENANCY,
     title="A team's run stays in the team's namespace and says whose it is",
@@ -141,6 +142,7 @@ def _job_queue(doc: Document, ctx: Context) -> tuple[str | None, tuple[Any, ...]
 
 @resource_rule(
     id="run-team-queue",
+    security=True,
     severity=ERROR,
     source=TENANCY,
     title="Jobs queue in their namespace's queue",
@@ -167,6 +169,7 @@ def run_team_queue(doc: Document, ctx: Context) -> Iterator[Violation]:
 
 @resource_rule(
     id="run-priority-allowed",
+    security=True,
     severity=ERROR,
     source=TENANCY,
     title="Jobs use a priority their team may use",
@@ -202,6 +205,7 @@ def run_priority_allowed(doc: Document, ctx: Context) -> Iterator[Violation]:
 
 @pod_rule(
     id="network-attachment-approved",
+    security=True,
     severity=ERROR,
     source=TENANCY,
     title="Pods attach only the cluster's training network, from their own namespace",
@@ -235,6 +239,7 @@ def network_attachment_approved(pod: PodTemplate, ctx: Context) -> Iterator[Viol
 
 @pod_rule(
     id="image-registry-approved",
+    security=True,
     severity=ERROR,
     source=TENANCY,
     title="Training images come from the cluster's registries",
@@ -292,6 +297,7 @@ def _opens_metrics_only(ports: Any) -> bool:
 
 @resource_rule(
     id="network-policy-own-job",
+    security=True,
     severity=ERROR,
     source=TENANCY,
     title="In a team namespace, a NetworkPolicy opens a job's pods to that job's pods only",

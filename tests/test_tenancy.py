@@ -287,15 +287,32 @@ VIOLATIONS = {
 }
 
 
+def _self_exempted(text: str, *rules: str) -> str:
+    """The run with its job annotated trainops.dev/exempt-<rule> for each of `rules`."""
+    notes = "".join(f"        trainops.dev/exempt-{r}: the run says so\n" for r in rules)
+    return text.replace(
+        "patches:\n",
+        "patches:\n- target:\n    kind: PyTorchJob\n  patch: |-\n"
+        "    apiVersion: kubeflow.org/v1\n    kind: PyTorchJob\n    metadata:\n"
+        f"      name: any\n      annotations:\n{notes}",
+        1,
+    )
+
+
+@pytest.mark.parametrize("exempted", [False, True], ids=["plain", "self-exempted"])
 @pytest.mark.parametrize("what", sorted(VIOLATIONS))
 def test_a_run_reaching_outside_its_team_fails_by_rule_and_by_admission_policy(
-    trainops, shared, tmp_path, what
+    trainops, shared, tmp_path, what, exempted
 ):
+    """A run's own exemption annotations do not open the tenancy gate (round 10: they
+    silenced the rule and the admission policy's denial, 0 errors)."""
     change, rule = VIOLATIONS[what]
     run = shared / "overlays/gpu-east/teams/vision/runs/vit-0412/kustomization.yaml"
     original = run.read_text()
     changed = change(original)
     assert changed != original
+    if exempted:
+        changed = _self_exempted(changed, rule, "admission-policy")
     target = shared / "overlays/gpu-east/teams/vision/runs/sneaky"
     target.mkdir()
     try:
@@ -448,9 +465,11 @@ def test_a_run_of_a_kind_no_queue_admits_fails_its_sync(trainops, shared):
         ),
     ],
 )
-def test_a_runs_job_is_its_own(trainops, shared, patch, message):
+@pytest.mark.parametrize("exempted", [False, True], ids=["plain", "self-exempted"])
+def test_a_runs_job_is_its_own(trainops, shared, patch, message, exempted):
     """A job named after another run (of any kind) mounts that run's checkpoints, and a
-    hook or Replace sync option lets Argo CD delete or overwrite a live job by name."""
+    hook or Replace sync option lets Argo CD delete or overwrite a live job by name; the
+    run's own exemption annotation changes nothing (round 10: it silenced the rule)."""
     run = shared / "overlays/gpu-east/teams/vision/runs/vit-0412"
     kustomization = run / "kustomization.yaml"
     text = kustomization.read_text()
@@ -460,6 +479,12 @@ def test_a_runs_job_is_its_own(trainops, shared, patch, message):
         + "- target:\n    kind: PyTorchJob\n  patch: |-\n"
         + "".join(f"    {line}\n" for line in patch.splitlines())
     )
+    if exempted:  # after the patch under test, which may set the whole annotation map
+        extra += (
+            "- target:\n    kind: PyTorchJob\n  patch: |-\n    apiVersion: kubeflow.org/v1\n"
+            "    kind: PyTorchJob\n    metadata:\n      name: any\n      annotations:\n"
+            "        trainops.dev/exempt-run-job-own-name: continues the other run\n"
+        )
     try:
         kustomization.write_text(text.rstrip("\n") + "\n" + extra)
         found = errors(trainops, shared, "overlays/gpu-east/teams/vision/runs/vit-0412")
