@@ -24,6 +24,7 @@ from trainops.profile.tenancy import (
     PRIORITY_LABEL,
     QUEUE_LABEL,
     TEAM_LABEL,
+    from_registry,
 )
 
 JOB_KINDS = (*REPLICA_FIELDS, "TrainJob")
@@ -257,7 +258,7 @@ def image_registry_approved(pod: PodTemplate, ctx: Context) -> Iterator[Violatio
     for section in ("containers", "initContainers"):
         for index, container in enumerate(pod.spec.get(section) or []):
             image = str(mapping(container).get("image", ""))
-            if not any(image.startswith(prefix) for prefix in approved):
+            if not any(from_registry(image, prefix) for prefix in approved):
                 yield Violation(
                     f"image {image} is not from {', '.join(approved)}",
                     (*pod.path, section, index, "image"),
@@ -266,7 +267,7 @@ def image_registry_approved(pod: PodTemplate, ctx: Context) -> Iterator[Violatio
         if "image" not in volume:
             continue
         image = str(mapping(volume.get("image")).get("reference", ""))
-        if not any(image.startswith(prefix) for prefix in approved):
+        if not any(from_registry(image, prefix) for prefix in approved):
             yield Violation(
                 f"image volume {volume.get('name')} mounts {image or '(no reference)'}, "
                 f"not from {', '.join(approved)}",

@@ -199,9 +199,10 @@ def test_a_policy_using_an_api_server_only_library_is_reported_not_passed():
 # -- the policy trainops generates ----------------------------------------------------------
 
 
-def cluster(scheduler: str):
+def cluster(scheduler: str, **settings):
     return parse_profile(
         {
+            **settings,
             "fabric": "roce",
             "rdmaResource": "nvidia.com/roce_vf",
             "gpusPerNode": 8,
@@ -937,3 +938,29 @@ def test_a_trainjobs_initializers_read_no_jobs_ssh_key(initializer):
     theirs = {initializer: {"storageUri": "hf://org/data", "secretRef": {"name": "moe-ssh"}}}
     [message] = denials(docs, team_trainjob("kueue", initializer=theirs))
     assert message.startswith("training pods read no job's SSH key"), message
+
+
+LOOK_ALIKES = {
+    "ghcr.io/example-org/trainer:1.0.0": True,
+    "registry.example.com/miner:1": True,
+    "registry.example.com:5000/team/trainer:2": True,
+    "ghcr.io/example-org-evil/miner:1.0": False,
+    "registry.example.com.attacker.net/miner:1.0": False,
+    "ghcr.io/example-organisation/trainer:1": False,
+}
+
+
+@pytest.mark.parametrize("image", sorted(LOOK_ALIKES))
+def test_a_registries_entry_without_a_slash_ends_where_its_name_does(image):
+    """Round 10: with registries written as registry.example.com,ghcr.io/example-org the
+    admission policy's startsWith (and the rule) passed ghcr.io/example-org-evil/ and
+    registry.example.com.attacker.net/."""
+    profile = cluster("kueue", registries=["registry.example.com", "ghcr.io/example-org"])
+    docs = platform(profile)
+    assert PolicySet(docs).problems == {}
+    job = team_job("kueue")
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["containers"][0]["image"] = image
+    admitted = LOOK_ALIKES[image]
+    assert (denials(docs, job) == []) is admitted, denials(docs, job)
+    assert any(tenancy.from_registry(image, r) for r in profile.registries) is admitted

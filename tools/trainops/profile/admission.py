@@ -67,6 +67,7 @@ from trainops.profile.tenancy import (
     PARAMS,
     PRIORITY_LABEL,
     QUEUE_LABEL,
+    REGISTRY_BOUNDARIES,
     REPLICA_SERVICE_NAME,
     SERVICE_NAMED_KINDS,
     TEAM_LABEL,
@@ -383,9 +384,21 @@ VOLUMES_ALLOWED = (
     + _EPHEMERAL_FRESH
     + "))"
 )
+
+
+def _from_registries(image: str) -> str:
+    """CEL: `image` comes from one of the registries (tenancy.from_registry)."""
+    after = " || ".join(f"{image}.startsWith(r + '{b}')" for b in REGISTRY_BOUNDARIES)
+    return (
+        f"variables.registries.exists(r, r.endsWith('/') ? {image}.startsWith(r) : "
+        f"({image} == r || {after}))"
+    )
+
+
 IMAGE_VOLUMES_APPROVED = (
     "!has(s.volumes) || s.volumes.all(v, !has(v.image) || (has(v.image.reference) && "
-    "variables.registries.exists(r, v.image.reference.startsWith(r))))"
+    + _from_registries("v.image.reference")
+    + "))"
 )
 # A preempted or evicted pod keeps its GPUs for its grace period after the queue has
 # given the quota to another job: long enough for an emergency checkpoint (the job
@@ -644,9 +657,9 @@ def _validations(p: ClusterProfile) -> list[dict[str, Any]]:
         },
         {
             "expression": "variables.containers.all(cs, cs.all(c, has(c.image) && "
-            "variables.registries.exists(r, c.image.startsWith(r)))) && "
+            f"{_from_registries('c.image')})) && "
             "(!has(object.spec.trainer) || !has(object.spec.trainer.image) || "
-            "variables.registries.exists(r, object.spec.trainer.image.startsWith(r))) && "
+            f"{_from_registries('object.spec.trainer.image')}) && "
             f"variables.podSpecs.all(s, {IMAGE_VOLUMES_APPROVED}) && "
             f"variables.patchPodSpecs.all(ps, ps.all(s, {IMAGE_VOLUMES_APPROVED}))",
             "messageExpression": "'images come from ' + params.data.registries",

@@ -196,8 +196,9 @@ FIELD_DOCS = {
     "gets a namespace, a queue in the cluster's cohort and an Argo CD project (quotas in GPUs, "
     "whole nodes)",
     "image": "trainer image, pinned by tag or digest",
-    "registries": "image prefixes runs may pull from (default: the trainer image's repository "
-    "owner)",
+    "registries": "image prefixes runs may pull from: ghcr.io/acme/ (anything below it), or "
+    "ghcr.io/acme and registry.example.com, which end where their names do (default: the "
+    "trainer image's repository owner)",
     "cpuPerPod": "CPU cores each training pod requests (default: 12 per GPU)",
     "memoryPerPod": "memory each training pod requests (default: 96Gi per GPU)",
     "shmSize": "size of /dev/shm (memory-backed) in each pod (default: 8Gi per GPU)",

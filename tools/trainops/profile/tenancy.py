@@ -39,6 +39,20 @@ PARAMS = "trainops-runs"
 # the GPU health check's (base/monitoring/gpu-health).
 PLATFORM_IMAGES = ("nvcr.io/nvidia/cloud-native/dcgm:4.4.2-1-ubuntu22.04",)
 PLATFORM_QUEUE = "training"
+# What may follow a registries entry that does not end in "/": the repository's own path,
+# tag or digest. "ghcr.io/acme" is not a prefix of "ghcr.io/acme-evil/x", nor
+# "registry.example.com" of "registry.example.com.attacker.net/x".
+REGISTRY_BOUNDARIES = ("/", ":", "@")
+
+
+def from_registry(image: str, entry: str) -> bool:
+    """Whether `image` comes from the registries entry `entry` (a prefix ending in "/",
+    or a registry, repository or image whose name ends where the entry does)."""
+    if entry.endswith("/"):
+        return image.startswith(entry)
+    return image == entry or any(image.startswith(entry + b) for b in REGISTRY_BOUNDARIES)
+
+
 NETWORK = "training-net"
 WAVE = {"argocd.argoproj.io/sync-wave": "-1"}
 # Custom resources whose CRD an add-on installs, maybe in the same sync.
