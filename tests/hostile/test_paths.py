@@ -275,3 +275,28 @@ def test_links_inside_the_repository_still_work(tmp_path: Path):
     os.symlink(root / "o", root / "alias")
     outcome = run_cli("render", "--no-cache", "alias", cwd=root)
     assert outcome.code == 0 and "name: ok" in outcome.out
+
+
+SPECIAL_USES = {
+    "patch": "resources:\n- cm.yaml\npatches:\n- path: pipe\n",
+    "strategic-merge": "resources:\n- cm.yaml\npatchesStrategicMerge:\n- pipe\n",
+    "replacement": "resources:\n- cm.yaml\nreplacements:\n- path: pipe\n",
+    "generator-file": "configMapGenerator:\n- name: c\n  files:\n  - k=pipe\n",
+    "generator-envs": "configMapGenerator:\n- name: c\n  envs:\n  - pipe\n",
+    "secret-file": "secretGenerator:\n- name: s\n  files:\n  - pipe\n",
+    "openapi": "openapi:\n  path: pipe\nresources:\n- cm.yaml\n",
+    "link-to-fifo-patch": "resources:\n- cm.yaml\npatches:\n- path: alias\n",
+}
+
+
+@pytest.mark.parametrize("use", sorted(SPECIAL_USES))
+def test_a_fifo_or_device_a_field_names_is_refused_before_kustomize_reads_it(repo: Path, use):
+    """Round 10: a FIFO named by patches, a generator or openapi (or through a link) was
+    handed to kustomize, which waited on it with no output (until the build timeout);
+    one in `resources` was already refused. An unused one stays harmless (fifo-in-tree)."""
+    os.mkfifo(repo / "o" / "pipe")
+    os.symlink("pipe", repo / "o" / "alias")
+    _kustomization(repo, SPECIAL_USES[use])
+    outcome = _validate(repo)
+    assert_refused(outcome, "FIFO, socket or device")
+    assert "kustomization.yaml" in outcome.err

@@ -136,6 +136,11 @@ class _Walk:
         if len(self.graph.kustomizations) == 1:
             self.graph.root_kind = str(spec.get("kind") or "Kustomization")
         self.graph.fields.update(str(key) for key in spec)
+        schema_path = _value_of(spec.get("openapi"), "path")
+        if isinstance(schema_path, str) and _special(directory / schema_path):
+            raise InputError(
+                f"openapi path '{schema_path}' {SPECIAL}", str(kfile), _line(text, ("openapi",))
+            )
         if "openapi" in spec and self.graph.schema is None:
             self.graph.schema = _schema_setting(directory, spec["openapi"])
         for field_name in _RESOURCE_LISTS:
@@ -143,7 +148,7 @@ class _Walk:
                 self.reference(directory, kfile, text, field_name, index, entry)
         if not _GENERATOR_FIELDS.isdisjoint(spec):
             self.transformation()
-            self.generator_sources(directory, spec)
+            self.generator_sources(directory, kfile, text, spec)
         for field_name in _COMPONENT_LISTS:
             for index, entry in _indexed_strings(spec, field_name):
                 self.reference(directory, kfile, text, field_name, index, entry)
@@ -232,16 +237,20 @@ class _Walk:
             )
         if not target.exists():
             raise InputError(f"{field_name} entry '{entry}' does not exist", *where())
+        if _special(target):
+            raise InputError(f"{field_name} entry '{entry}' {SPECIAL}", *where())
         if target.is_file():
             self.add_file(target)
         return target
 
-    def generator_sources(self, directory: Path, spec: dict[str, Any]) -> None:
+    def generator_sources(
+        self, directory: Path, kfile: Path, text: str, spec: dict[str, Any]
+    ) -> None:
         """The files configMapGenerator and secretGenerator entries read (`files`, `envs`,
         `env`). One that is missing or outside is left for kustomize to report."""
         for field_name in sorted(_GENERATOR_FIELDS):
             entries = spec.get(field_name)
-            for entry in entries if isinstance(entries, list) else []:
+            for index, entry in enumerate(entries if isinstance(entries, list) else []):
                 if not isinstance(entry, dict):
                     continue
                 named = [*_strings(entry.get("files")), *_strings(entry.get("envs"))]
@@ -252,7 +261,15 @@ class _Walk:
                         target = (directory / path).resolve()
                     except (OSError, RuntimeError):
                         continue
-                    if self.allowed(target) and target.is_file():
+                    if not self.allowed(target):
+                        continue
+                    if _special(target):
+                        raise InputError(
+                            f"{field_name} source '{source}' {SPECIAL}",
+                            str(kfile),
+                            _line(text, (field_name, index)),
+                        )
+                    if target.is_file():
                         self.add_file(target)
 
     def tree(self, directory: Path, kfile: Path) -> None:
@@ -307,6 +324,23 @@ def collect_inputs(directory: Path, mirror: Path | None) -> InputGraph:
     graph = InputGraph(root=root)
     _Walk(graph, mirror, repository_root(root)).kustomization(root)
     return graph
+
+
+SPECIAL = "is a FIFO, socket or device: kustomize would block or read without end on it"
+
+
+def _special(path: Path) -> bool:
+    """Whether `path` (followed through links) exists and is neither a regular file nor a
+    directory."""
+    try:
+        mode = path.stat().st_mode
+    except (OSError, RuntimeError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _value_of(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, dict) else None
 
 
 def _schema_setting(directory: Path, openapi: Any) -> tuple[str, str]:
