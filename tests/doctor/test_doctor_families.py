@@ -276,3 +276,33 @@ def test_operation_not_supported_is_read_as_mig_only_where_the_log_shows_mig():
         error,
     )
     assert "mig-device-unsupported" in mig
+
+
+def test_ucx_failing_to_pin_a_completion_queue_names_the_locked_memory_limit():
+    """UCX (ib_iface.c) logs `ibv_create_cq(cqe=%d) failed: %s` in its own line format, and
+    Open MPI's pml ucx follows with its own error: the limit is named, not the MPI error."""
+    found = _by_rule(
+        "[1652739463.054681] [cn0022:4071024:0]        ib_iface.c:1377 UCX  ERROR "
+        "ibv_create_cq(cqe=4096) failed: Cannot allocate memory",
+        "[cn0022:4071024] pml_ucx.c:309  Error: Failed to create UCP worker",
+    )
+    assert "ib-memory-registration" in found
+    assert "ucx/blob/v1.22.0" in found["ib-memory-registration"].message
+
+
+def test_ucx_shared_memory_fifo_failure_names_dev_shm():
+    found = _by_rule(
+        "[1700000000.000001] [worker-0:77:0]       mm_iface.c:816  UCX  ERROR "
+        "mm_iface failed to allocate receive FIFO",
+        "[worker-0:77:0:77] Caught signal 11 (Segmentation fault: address not mapped)",
+    )
+    assert "shm-exhausted" in found and "/dev/shm" in found["shm-exhausted"].fix
+
+
+def test_a_misspelt_ucx_setting_is_a_warning_naming_the_variable():
+    found = _by_rule(
+        "[1700000000.000001] [worker-0:77:0]     parser.c:2578 UCX  WARN  unused environment "
+        "variable: UCX_IB_GID_INDX (maybe: UCX_IB_GID_INDEX?)"
+    )
+    assert found["ucx-config-unused"].severity == "warning"
+    assert "UCX_IB_GID_INDX" in " ".join(found["ucx-config-unused"].evidence)

@@ -90,6 +90,28 @@ def test_a_pasted_message_without_its_header_is_recognised():
     assert not missed, missed[:10]
 
 
+UCX_ENTRIES = [e for e in catalog.entries() if e.component == "ucx"]
+
+
+def as_ucx_prints(entry: catalog.Entry) -> str:
+    """The whole line in UCX's log format (src/ucs/debug/log.c, UCS_LOG_FMT)."""
+    message = " ".join(printed(entry.key).split())
+    return (
+        f"[1733131415.123456] [node-3:4211:0]        ib_iface.c:1377 UCX  {entry.level} {message}"
+    )
+
+
+def test_every_ucx_message_printed_with_its_header_is_recognised():
+    assert len(UCX_ENTRIES) >= 15
+    missed = []
+    for entry in UCX_ENTRIES:
+        for line in (as_ucx_prints(entry), "> " + printed(entry.key)):
+            found = catalog.lookup(clean(line).text)
+            if found is None or (found != entry and not _same_text(entry, found)):
+                missed.append((line, found and found.key))
+    assert not missed, missed[:10]
+
+
 def test_only_formats_without_fixed_words_are_unanchored():
     for entry in catalog.index().unanchored:
         words = [w for w in _CONVERSION.sub(" ", entry.key).split() if len(w) >= 3]
@@ -102,7 +124,7 @@ def test_every_entry_is_sourced_at_a_release_and_classified():
         assert entry.severity in catalog.SEVERITIES, entry
         assert entry.meaning.strip(), entry
         assert re.match(r"https://", entry.source), entry
-        if entry.component in ("nccl", "aws-ofi-nccl", "torch", "errno"):
+        if entry.component in ("nccl", "aws-ofi-nccl", "ucx", "torch", "errno"):
             assert re.search(r"/blob/(v[\d.]+[-\w]*|[0-9a-f]{40})/", entry.source), entry
         if entry.reported:
             assert entry.finding in known and rules()[entry.finding].category == DOCTOR, entry

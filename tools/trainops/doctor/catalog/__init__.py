@@ -6,6 +6,8 @@ One YAML file per component beside this module:
   and aws-ofi-nccl 1.14 on (`scripts/extract-doctor-messages.py` refreshes formats and
   sources from a clone);
 - `libfabric.yaml`: the EFA provider's warnings that say why GPU memory cannot be used;
+- `ucx.yaml`: UCX's errors on locked memory, shared memory, transport selection, its
+  settings and lost peers;
 - `torch.yaml`: the error and warning strings of torch.distributed and torch.cuda of the
   pinned torch;
 - `cuda.yaml`: the CUDA runtime and driver error names and their strings;
@@ -35,7 +37,7 @@ from trainops.doctor.limits import literal as exactly
 from trainops.rules import DOCTOR, RuleInfo, register
 
 HERE = Path(__file__).parent
-COMPONENTS = ("nccl", "aws-ofi-nccl", "libfabric", "torch", "cuda", "xid", "errno")
+COMPONENTS = ("nccl", "aws-ofi-nccl", "libfabric", "ucx", "torch", "cuda", "xid", "errno")
 SEVERITIES = ("error", "warning", "info", "benign", "evidence")
 # Severities that raise a finding; `benign` (healthy systems print it) and `evidence`
 # (version, transport, values read from the environment) never do.

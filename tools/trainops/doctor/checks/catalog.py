@@ -30,6 +30,7 @@ GENERIC = frozenset(
         "nccl-system-error",
         "nccl-invalid-usage",
         "nccl-remote-error",
+        "ucx-peer-lost",
         "nccl-out-of-memory",
         "init-incomplete",
         "cuda-fatal",
