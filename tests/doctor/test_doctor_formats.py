@@ -431,6 +431,30 @@ def test_a_line_after_a_warning_that_does_not_continue_it_is_read_on_its_own():
     assert "gpu-arch-unsupported" in rules(result)
 
 
+def test_an_interface_list_wrapped_one_interface_a_line_is_read_whole():
+    """NCCL prints `NET/Socket : Using [0]eth0:... [1]...` on one line (src/misc/socket.cc);
+    a paste that wrapped it, and cut the prefix up to the level, still names the bridge."""
+    result = diag(
+        "INFO NET/Socket : Using",
+        "[0]bond0:192.168.1.161<0>",
+        "[1]br-05ab815fa14e:172.19.0.1<0>",
+        "[2]veth6163fba:fe80::b878:6cff:fe52:abe2%veth6163fba<0>",
+        "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error",
+    )
+    found = rules(result)["unroutable-interface"]
+    assert "br-05ab815fa14e" in found.message and "veth6163fba" in found.message
+    assert "bond0" not in found.message
+
+
+def test_a_line_after_an_interface_list_that_is_not_one_is_read_on_its_own():
+    result = diag(
+        "h:7:9 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.5<0>",
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+    )
+    assert "gpu-arch-unsupported" in rules(result)
+    assert "unroutable-interface" not in rules(result)
+
+
 def test_one_file_per_rank_names_the_rank_when_lines_do_not():
     result = diagnose(
         [

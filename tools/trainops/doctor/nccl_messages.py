@@ -155,6 +155,19 @@ def _ib_devices(message: str) -> tuple[str, dict]:
     return (ev.IB_DEVICES, {"devices": devices, "oob": oob_name})
 
 
+def continued_interfaces(text: str) -> list[tuple[str, str]]:
+    """The interfaces of a line that holds nothing else: where a paste or terminal wrapped
+    NCCL's one-line `Using [0]eth0:10.0.0.1<0> [1]...` list, its rest follows on such lines."""
+    tokens = text.split()
+    found = []
+    for token in tokens[:64] if len(tokens) <= 64 else ():
+        m = _INTERFACE.match(token) if "<" in token else None
+        if m is None or m.end() != len(token):
+            return []
+        found.append((m.group(1), m.group(2)))
+    return found
+
+
 def _interfaces(message: str) -> list[tuple[str, str]]:
     """`[0]eth0:10.0.0.1<0> [1]veth1:fe80::1%veth1<0>` or `eth0:10.0.0.1<0>`."""
     found = []

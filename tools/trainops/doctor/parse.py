@@ -24,7 +24,7 @@ from trainops.doctor import (
 from trainops.doctor import events as ev
 from trainops.doctor.events import Event, ProcessKey
 from trainops.doctor.limits import MAX_ITEMS, MAX_PROCESSES, words
-from trainops.doctor.lines import clean, nccl_header
+from trainops.doctor.lines import NcclHeader, clean, nccl_header
 from trainops.doctor.sources import FlightRecorderDump, LogStream, Source
 from trainops.errors import InputError
 
@@ -34,6 +34,8 @@ _ONCE_PER_PROCESS = (ev.DRIVER, ev.BOOTSTRAP_IFS)
 _RESTART_MARKERS = ("will restart worker group", "Restarting worker group")
 _WRAPPED_TORCH = ("Watchdog caught collective operation timeout:",)
 _WRAP_LINES = 3  # continuation lines a wrapped message may take
+_INTERFACE_LISTS = (ev.SOCKET_IFS, ev.BOOTSTRAP_IFS)
+_WRAPPED_INTERFACES = 64  # lines a wrapped interface list may continue over
 # Distinct cleaned lines whose reading is remembered: logs repeat themselves (and a gzip of
 # one line repeated is small), so a repeated line costs a lookup, not every parser again.
 _KNOWN_LINES = 4096
@@ -160,6 +162,8 @@ def _facts(text: str, header) -> list[tuple[str, dict]]:
         facts = launcher
     else:
         facts = nccl_messages.read(header.message if header else text.strip(), header)
+        if header is None and not facts:
+            facts = _bare_level(text.strip())
     if header is None and launcher is None:
         facts += torch_messages.read(text.strip()) + node_messages.read(text)
     facts += outcome_messages.read(text)
@@ -175,6 +179,17 @@ def _facts(text: str, header) -> list[tuple[str, dict]]:
     if facts and (errno := catalog.errno_in(message)) is not None:
         facts.append((ev.ERRNO, {"entry": errno}))
     return facts
+
+
+def _bare_level(text: str) -> list[tuple[str, dict]]:
+    """`INFO NET/Socket : Using ...`: a paste that cut NCCL's prefix up to its level word;
+    read as NCCL's only where the rest is a message NCCL's parser knows."""
+    level, _, rest = text.partition(" ")
+    if level not in ("INFO", "WARN") or not rest.strip():
+        return []
+    message = rest.strip()
+    found = nccl_messages.read(message, NcclHeader(level=level, message=message))
+    return found if any(kind != ev.NCCL_WARN for kind, _ in found) else []
 
 
 def _unread(facts: list[tuple[str, dict]]) -> bool:
@@ -245,6 +260,8 @@ def _stream(source: LogStream) -> Iterator[Event]:
                     header = nccl_header(text)
                 else:
                     ahead.append((step[0], following))
+        if not ahead and any(kind in _INTERFACE_LISTS for kind, _ in facts):
+            facts = _with_wrapped_interfaces(facts, lines, ahead)
         if any(marker in text for marker in _RESTART_MARKERS):
             attempt += 1
             once.clear()
@@ -275,6 +292,30 @@ def _stream(source: LogStream) -> Iterator[Event]:
         shown = shown if len(shown) <= TEXT_LIMIT else shown[:TEXT_LIMIT] + "..."
         for kind, fields in facts:
             yield Event(kind, source.name, number, shown, attempt, process, rank, fields)
+
+
+def _with_wrapped_interfaces(facts, lines, ahead: list):
+    """An interface list with the lines that continue it (the first other line goes back
+    to `ahead`); the facts of the list's own line are shared by its repeats, so copied."""
+    extra: list[tuple[str, str]] = []
+    for _ in range(_WRAPPED_INTERFACES):
+        step = next(lines, None)
+        if step is None:
+            break
+        following = clean(step[1])
+        found = nccl_messages.continued_interfaces(following.text)
+        if not found:
+            ahead.append((step[0], following))
+            break
+        extra += found
+    if not extra:
+        return facts
+    return [
+        (kind, {**fields, "interfaces": fields["interfaces"] + extra})
+        if kind in _INTERFACE_LISTS
+        else (kind, fields)
+        for kind, fields in facts
+    ]
 
 
 def _rank_in_name(name: str) -> int | None:
