@@ -12,6 +12,7 @@ v4.57.1 (`integrations/deepspeed.py`); each rule's source names the lines.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Iterator
@@ -816,6 +817,67 @@ def _hf_mismatch(found: DeepSpeedConfig, micro: int | None, steps: int | None, a
             )
 
 
+# The keys DeepSpeed v0.19.5's ZeRO config models accept (their fields and aliases); the
+# models forbid any other (config_utils.py DeepSpeedConfigModel: extra="forbid").
+ZERO_KEYS = frozenset(
+    "stage contiguous_gradients reduce_scatter reduce_bucket_size "
+    "use_multi_rank_bucket_allreduce allgather_partitions allgather_bucket_size overlap_comm "
+    "load_from_fp32_weights elastic_checkpoint offload_param offload_optimizer zenflow "
+    "sub_group_size cpu_offload_param cpu_offload_use_pin_memory cpu_offload "
+    "prefetch_bucket_size stage3_prefetch_bucket_size param_persistence_threshold "
+    "stage3_param_persistence_threshold model_persistence_threshold "
+    "stage3_model_persistence_threshold max_live_parameters stage3_max_live_parameters "
+    "max_reuse_distance stage3_max_reuse_distance gather_16bit_weights_on_model_save "
+    "stage3_gather_16bit_weights_on_model_save module_granularity_threshold "
+    "stage3_module_granularity_threshold use_all_reduce_for_fetch_params "
+    "stage3_use_all_reduce_for_fetch_params allgather_sequential stage3_allgather_sequential "
+    "stage3_gather_fp16_weights_on_model_save ignore_unused_parameters legacy_stage1 "
+    "round_robin_gradients zero_hpz_partition_size zero_quantized_weights "
+    "zero_quantized_nontrainable_weights zero_quantized_gradients zeropp_loco_param "
+    "mics_shard_size mics_hierarchical_params_gather memory_efficient_linear "
+    "pipeline_loading_checkpoint override_module_apply log_trace_cache_warnings "
+    "enable_sanity_checks save_muon_momentum_buffer_in_memory leaf_module".split()
+)
+OFFLOAD_KEYS = {
+    "offload_param": frozenset(
+        "device nvme_path buffer_count buffer_size max_in_cpu pin_memory".split()
+    ),
+    "offload_optimizer": frozenset(
+        "device nvme_path buffer_count pin_memory pipeline_read pipeline_write fast_init ratio "
+        "super_offload cpuadam_cores_perc".split()
+    ),
+}
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")  # offload_config.py OffloadDeviceEnum
+
+
+def _unknown_keys(section: dict[str, Any], known: frozenset[str], where: str) -> Iterator[str]:
+    for key in sorted(set(section) - known):
+        near = difflib.get_close_matches(key, known, n=1)
+        yield f"{where}.{key} is not a DeepSpeed setting" + (f" (meant {near[0]}?)" if near else "")
+
+
+def _zero_problems(zero: dict[str, Any], stage: Any) -> Iterator[str]:
+    """What DeepSpeed's ZeRO config models refuse in `zero_optimization`."""
+    yield from _unknown_keys(zero, ZERO_KEYS, "zero_optimization")
+    for name, known in OFFLOAD_KEYS.items():
+        offload = zero.get(name)
+        if not isinstance(offload, dict):
+            continue
+        yield from _unknown_keys(offload, known, f"zero_optimization.{name}")
+        device = offload.get("device")
+        if isinstance(device, str) and device != "auto" and device not in OFFLOAD_DEVICES:
+            yield (
+                f"zero_optimization.{name}.device {device!r} is not one of "
+                f"{', '.join(OFFLOAD_DEVICES)} (case matters)"
+            )
+    ratio = mapping(zero.get("offload_optimizer")).get("ratio")
+    if isinstance(ratio, int | float) and ratio < 1.0 and _number(stage) in (0, 1, 2):
+        yield (
+            f"zero_optimization.offload_optimizer.ratio {ratio} in ZeRO stage {stage}: partial "
+            "offloading is only supported in stage 3"
+        )
+
+
 @pod_rule(
     id="deepspeed-config-values",
     severity=ERROR,
@@ -823,15 +885,23 @@ def _hf_mismatch(found: DeepSpeedConfig, micro: int | None, steps: int | None, a
         DEEPSPEED_CONFIG + "#L812-L815",
         DEEPSPEED_TAG + "deepspeed/runtime/zero/config.py#L81-L100",
         DEEPSPEED_TAG + "deepspeed/runtime/zero/config.py#L155-L168",
+        DEEPSPEED_TAG + "deepspeed/runtime/zero/config.py#L388-L393",
+        DEEPSPEED_TAG + "deepspeed/runtime/zero/offload_config.py#L14-L18",
+        DEEPSPEED_TAG + "deepspeed/runtime/config_utils.py#L106-L113",
     ),
     when={
-        "error": "a ZeRO stage other than 0-3, or fp16 and bf16 both enabled: DeepSpeed "
-        "refuses the config",
+        "error": "a ZeRO stage other than 0-3, fp16 and bf16 both enabled, a key the ZeRO "
+        "config models do not define, an offload device other than none/cpu/nvme, or a "
+        "partial optimizer offload (ratio below 1) before stage 3: DeepSpeed refuses the config",
         "warning": "offload_param below stage 3: DeepSpeed ignores it",
     },
     title="A DeepSpeed config names a ZeRO stage, precision and offload it supports",
     why="DeepSpeed's config model accepts ZeRO stages 0 to 3 only, asserts that fp16 and bf16 "
-    "are not both enabled, and offloads parameters (offload_param) only in stage 3: in "
+    "are not both enabled, forbids keys its ZeRO and offload models do not define (a "
+    "misspelt key is a validation error at deepspeed.initialize, not ignored), accepts the "
+    "offload devices none, cpu and nvme in lower case, asserts that a partial optimizer "
+    "offload (ratio below 1) runs in stage 3, and offloads parameters (offload_param) only "
+    "in stage 3: in "
     "stages 1 and 2 the section is ignored and the parameters stay on the GPU the run was "
     "sized to free.",
     fix="Use zero_optimization.stage 0-3, enable one of fp16/bf16, and offload parameters "
@@ -847,6 +917,8 @@ def deepspeed_config_values(pod: PodTemplate, ctx: Context) -> Iterator[Violatio
         stage = zero.get("stage", 0)
         if _number(stage) is not None and stage not in (0, 1, 2, 3):
             yield Violation(f"{found.where}: zero_optimization.stage {stage} (0-3)", at)
+        for problem in _zero_problems(zero, stage):
+            yield Violation(f"{found.where}: {problem}", at)
         enabled = [
             key for key in ("fp16", "bf16") if mapping(found.config.get(key)).get("enabled") is True
         ]

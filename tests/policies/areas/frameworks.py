@@ -374,7 +374,33 @@ MORE = {
         (
             _deepspeed(_ds(fp16={"enabled": True})),
             _deepspeed(_ds(fp16={"enabled": False})),
-        )
+        ),
+        (  # a misspelt key: the ZeRO model forbids extra keys
+            _deepspeed(_ds(zero_optimization={"stage": 2, "offload_optimiser": {"device": "cpu"}})),
+            _deepspeed(_ds(zero_optimization={"stage": 2, "offload_optimizer": {"device": "cpu"}})),
+        ),
+        (  # OffloadDeviceEnum is lower case
+            _deepspeed(_ds(zero_optimization={"stage": 3, "offload_param": {"device": "NVMe"}})),
+            _deepspeed(_ds(zero_optimization={"stage": 3, "offload_param": {"device": "nvme"}})),
+        ),
+        (  # partial optimizer offload asserts stage 3
+            _deepspeed(
+                _ds(
+                    zero_optimization={
+                        "stage": 2,
+                        "offload_optimizer": {"device": "cpu", "ratio": 0.3},
+                    }
+                )
+            ),
+            _deepspeed(
+                _ds(
+                    zero_optimization={
+                        "stage": 3,
+                        "offload_optimizer": {"device": "cpu", "ratio": 0.3},
+                    }
+                )
+            ),
+        ),
     ],
     "kuberay-rayjob-spec": [
         (only(_rayjob(rayClusterSpec=None)), only(_rayjob())),
