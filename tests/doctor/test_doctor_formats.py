@@ -455,6 +455,20 @@ def test_a_line_after_an_interface_list_that_is_not_one_is_read_on_its_own():
     assert "unroutable-interface" not in rules(result)
 
 
+def test_a_destroyed_communicator_counts_as_initialised():
+    """A log that kept only the end of an nccl-tests run: `- Destroy COMPLETE` follows a
+    completed init, so no init is reported hanging."""
+    result = diag(
+        "swat1-04:17:17 [2] NCCL INFO comm 0x8dd01c0 rank 2 nranks 2 cudaDev 2 busId 48000 "
+        "- Destroy COMPLETE",
+        "swat1-04:17:17 [1] NCCL INFO comm 0x8d93f80 rank 1 nranks 2 cudaDev 1 busId b000 "
+        "- Destroy COMPLETE",
+        "# Out of bounds values : 0 OK",
+        "# Avg bus bandwidth    : 33.3227",
+    )
+    assert "init-incomplete" not in rules(result)
+
+
 def test_one_file_per_rank_names_the_rank_when_lines_do_not():
     result = diagnose(
         [

@@ -90,7 +90,10 @@ def _setup(message: str) -> list[tuple[str, dict]]:
     if message.startswith("NCCL version ") and (m := _VERSION.match(message)):
         return [(ev.VERSION, {"version": m.group(1)})]
     if "nranks" in message and "comm 0x" in message and (m := _COMM.match(message)):
-        phase = "COMPLETE" if "Init COMPLETE" in message else "START"
+        # A communicator NCCL destroyed (ncclCommDestroy's `- Destroy COMPLETE`) had completed
+        # its init: a log that kept only its end still shows the init done.
+        done = "Init COMPLETE" in message or "Destroy COMPLETE" in message
+        phase = "COMPLETE" if done else "START"
         fields = {"comm": m.group(1), "rank": int(m.group(2)), "nranks": int(m.group(3))}
         return [(ev.COMM, {**fields, "phase": phase})]
     if "Init timings" in message and (m := _TIMINGS.match(message)):
