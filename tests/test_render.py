@@ -85,6 +85,26 @@ def test_a_run_directory_without_a_kustomization_renders_as_argo_cd_syncs_it(tra
     assert not [s for s in sources if "deeper" in s[0]]
 
 
+def test_jsonnet_in_a_run_directory_argo_cd_would_evaluate_is_refused(trainops, tree):
+    # A directory source renders *.jsonnet too: a Job there would sync unvalidated.
+    write(tree / "overlays" / "lab" / "runs" / "plain" / "job.yaml", RUN_JOB)
+    write(tree / "overlays" / "lab" / "runs" / "plain" / "grab.jsonnet", '[{kind: "Job"}]\n')
+    run = trainops("validate", "overlays", cwd=tree)
+    assert run.code == 2 and "Traceback" not in run.err
+    assert "overlays/lab/runs/plain/grab.jsonnet" in run.err and "Jsonnet" in run.err
+    assert run.out == ""
+
+
+def test_jsonnet_beside_a_runs_kustomization_is_left_to_kustomize(trainops, tree):
+    # With a kustomization Argo CD builds it with kustomize, which reads no Jsonnet.
+    run_dir = tree / "overlays" / "lab" / "runs" / "kust"
+    write(run_dir / "kustomization.yaml", "resources:\n- j.yaml\n")
+    write(run_dir / "j.yaml", RUN_JOB)
+    write(run_dir / "notes.jsonnet", "{}\n")
+    run = trainops("render", "--format", "json", "overlays", cwd=tree)
+    assert run.code == 0, run.err
+
+
 def test_a_run_named_like_a_skipped_directory_is_still_a_target(trainops, tree):
     # Argo CD's directory generator skips hidden directories only: runs/venv is a run.
     write(

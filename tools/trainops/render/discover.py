@@ -7,7 +7,8 @@ kustomization's directory tree are its inputs (patches, profiles), never
 targets, but nested kustomizations (an overlay's `runs/`) are. A run directory
 (a child of a `runs/` directory) without a kustomization is what Argo CD syncs
 as a plain directory: its own manifest files are targets, its subdirectories
-not (a directory source does not recurse). A directory holding a Chart.yaml is
+not (a directory source does not recurse), and a Jsonnet file there, which Argo CD would
+evaluate, is refused. A directory holding a Chart.yaml is
 a Helm chart: one target, rendered by helm.
 
 A target reached through a symbolic link stays inside the repository the link is in:
@@ -130,6 +131,20 @@ def _confined(path: Path, shown: str, boundary: Path | None = None) -> None:
         )
 
 
+def _no_jsonnet(run: Path, files: list[str]) -> None:
+    """A run without a kustomization is an Argo CD directory source, and Argo CD evaluates
+    the *.jsonnet files of a directory source (repository.go findManifests, v3.5.1) besides
+    its YAML and JSON: what it would sync from them trainops cannot see, so it refuses them."""
+    for name in sorted(files):
+        if name.endswith(".jsonnet") and not name.startswith("."):
+            raise InputError(
+                "Argo CD evaluates this Jsonnet file of a run directory and trainops cannot "
+                "validate what it makes: write the run's manifests as YAML (or add a "
+                "kustomization.yaml, under which Argo CD ignores Jsonnet)",
+                display_path(run / name),
+            )
+
+
 def _walk(top: Path, excluded: list[Path]) -> Iterable[tuple[str, Path]]:
     inside_kustomization: dict[str, bool] = {}
     for root, dirs, files in os.walk(top):
@@ -155,6 +170,8 @@ def _walk(top: Path, excluded: list[Path]) -> Iterable[tuple[str, Path]]:
             if not is_component(kustomization):
                 yield "kustomization", root_path
         elif not parent_inside or root_path.parent.name == "runs":
+            if root_path.parent.name == "runs":
+                _no_jsonnet(root_path, files)
             for name in sorted(files):
                 if name.endswith(MANIFEST_SUFFIXES) and not name.startswith("."):
                     yield "file", root_path / name
