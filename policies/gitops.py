@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 
 from trainops.model import ERROR, WARNING, Document
-from trainops.policy import EVERY_KIND, Context, Violation, resource_rule
+from trainops.policy import EVERY_KIND, Context, Violation, render_rule, resource_rule
 from trainops.policy.pods import REPLICA_FIELDS, mapping
 from trainops.profile.projects import RUN_KINDS
 
@@ -51,6 +51,46 @@ def run_kind_synced(doc: Document, ctx: Context) -> Iterator[Violation]:
             f"{allowed}, so the sync fails and nothing of the run is applied",
             ("kind",),
         )
+
+
+ARGO = "https://github.com/argoproj/argo-cd/blob/v3.5.1"
+
+
+@render_rule(
+    id="run-application-name-unique",
+    severity=ERROR,
+    title="A run's Argo CD Application name is no other directory's",
+    why="The ApplicationSets name a run's Application from its path: <cluster>-<run> for "
+    "the platform's runs, <cluster>-<team>-<run> for a team's, <cluster>-platform and "
+    "<cluster>-<addon> for the cluster's own. Two directories that come to the same name "
+    "(platform run vision-x and team vision's run x, cluster a's run b-x and cluster a-b's "
+    "run x, a run named platform) get one Application: within one ApplicationSet the "
+    "controller refuses the second as a duplicate name, across two the one that did not "
+    'create it cannot take it over ("already owned by another ApplicationSet '
+    'controller"). One of the two directories is never synced, and which one depends '
+    "on what was created first.",
+    fix="Rename the run directory (its job with it) to a name no other directory's "
+    "Application has: `trainops new-run` refuses a name that is taken.",
+    source=(
+        ARGO + "/applicationset/controllers/applicationset_controller.go#L543-L550",
+        ARGO + "/applicationset/controllers/applicationset_controller.go#L734-L745",
+        "https://github.com/kubernetes-sigs/controller-runtime/blob/v0.24.1/"
+        "pkg/controller/controllerutil/controllerutil.go#L97-L100",
+    ),
+)
+def run_application_name_unique(ctx: Context) -> Iterator[tuple[Document | None, Violation]]:
+    conflict = ctx.name_conflict
+    if conflict is None:
+        return
+    job = next(
+        (d for d in ctx.documents if (d.api_version.rpartition("/")[0], d.kind) in RUN_KINDS),
+        None,
+    )
+    message = (
+        f"run {run_name(ctx)}: its Argo CD Application would be named {conflict.name}, as "
+        f"that of {', '.join(conflict.others)} is: only one of them is ever synced"
+    )
+    yield job, Violation(message, ("metadata", "name") if job else ())
 
 
 # Sync options and hooks that let Argo CD delete or overwrite a live object whatever

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.workspace import commit, make_workspace
-from trainops.diff.apps import application_paths
+from trainops.appsets import application_paths
 from trainops.model import Document
 
 IMAGE = "ghcr.io/example-org/trainops-trainer:0.1.0"
@@ -388,6 +388,82 @@ def test_a_platform_run_taking_a_teams_namespace_fails(trainops, shared):
     finally:
         shutil.rmtree(run)
     assert "run-team-namespace" in {f["rule"] for f in found}, found
+
+
+def _renamed_platform_run(trainops, shared: Path, name: str) -> Path:
+    """A platform run on gpu-east named `name` (new-run refuses names that are taken:
+    written under a free name, then renamed as a hand edit would)."""
+    made = trainops("new-run", "gpu-east", "free-name", "--nodes", "2", cwd=shared)
+    assert made.code == 0, made.err
+    made_dir = shared / "overlays/gpu-east/runs/free-name"
+    for file in made_dir.iterdir():
+        file.write_text(file.read_text().replace("free-name", name))
+    return made_dir.rename(made_dir.with_name(name))
+
+
+@pytest.mark.parametrize(
+    ("name", "other"),
+    [
+        (
+            "vision-vit-0412",
+            "overlays/gpu-east/teams/vision/runs/vit-0412 (ApplicationSet runs-vision)",
+        ),
+        ("platform", "overlays/gpu-east (ApplicationSet training-platform)"),
+        ("vision-vit-0413", None),  # team vision's vit-0413 is gpu-west's: another name
+    ],
+)
+def test_a_run_named_as_another_directorys_application_is_never_synced(
+    trainops, shared, name, other
+):
+    """Application names come from paths (<cluster>-<run>, <cluster>-<team>-<run>,
+    <cluster>-platform): two directories with one name get one Application, and the
+    ApplicationSet controller syncs only one of them. Both runs are told, and once the
+    platform run is gone the team's run validates clean again (the finding depends on
+    the tree, so it is not served from the cache)."""
+    run = _renamed_platform_run(trainops, shared, name)
+    team_run = "overlays/gpu-east/teams/vision/runs/vit-0412"
+    try:
+        found = errors(trainops, shared, f"overlays/gpu-east/runs/{name}", team_run)
+    finally:
+        shutil.rmtree(run)
+    mine = [f for f in found if f["rule"] == "run-application-name-unique"]
+    if other is None:
+        assert mine == [], mine
+        return
+    assert other in mine[0]["message"], mine
+    assert f"gpu-east-{name}" in mine[0]["message"], mine
+    assert mine[0]["source"].startswith(f"overlays/gpu-east/runs/{name}/kustomization.yaml:")
+    if name.startswith("vision-"):  # the team's run is told too
+        assert {f["target"].rpartition("/")[2] for f in mine} == {name, "vit-0412"}, mine
+    assert errors(trainops, shared, team_run) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "taken"),
+    [
+        (["vision-vit-0412", "--nodes", "2"], "gpu-east-vision-vit-0412"),
+        (["platform", "--nodes", "2"], "gpu-east-platform"),
+        (["vit-0500", "--team", "vision", "--nodes", "2"], None),
+    ],
+)
+def test_new_run_refuses_a_name_another_directorys_application_has(trainops, shared, args, taken):
+    """The same names new-run would write: refused before anything is written, with the
+    name and the directory that has it."""
+    made = trainops("new-run", "gpu-east", *args, cwd=shared)
+    directory = (
+        shared
+        / "overlays/gpu-east"
+        / (f"teams/vision/runs/{args[0]}" if "--team" in args else f"runs/{args[0]}")
+    )
+    written = directory.exists()
+    if written:
+        shutil.rmtree(directory)
+    if taken is None:
+        assert made.code == 0 and written, made.err
+        return
+    assert made.code == 2 and not written, made.err
+    assert taken in made.err and "pick another run name" in made.err, made.err
+    assert "Traceback" not in made.err
 
 
 def test_a_run_cannot_replace_the_platforms_parameters_or_policy(trainops, shared):

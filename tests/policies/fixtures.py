@@ -1123,7 +1123,14 @@ FIXTURES: dict[str, tuple[Callable[[], Docs], Callable[[], Docs]]] = {
 # remote-base-pinned needs a kustomization on disk; tests/policies/test_rules.py builds one.
 # profile-drift needs a cluster overlay on disk: tests/hostile/test_edits.py edits one.
 # run-kind-synced needs a run directory: tests/test_tenancy.py puts copies in a team's run.
-RENDER_FIXTURES = {"remote-base-pinned", "profile-drift", "run-kind-synced", "run-job-own-name"}
+# run-application-name-unique needs a tree of runs: tests/test_tenancy.py names one after another.
+RENDER_FIXTURES = {
+    "remote-base-pinned",
+    "profile-drift",
+    "run-kind-synced",
+    "run-job-own-name",
+    "run-application-name-unique",
+}
 
 
 # -- MPI Operator v2 (MPIJob v2beta1) and Kubeflow Trainer v2 --------------------------------

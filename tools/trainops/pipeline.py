@@ -25,6 +25,12 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Protocol
 
+from trainops.appsets import (
+    NameConflict,
+    argocd_appsets,
+    generated_applications,
+    name_conflicts,
+)
 from trainops.cache import Cache, FileHasher, code_fingerprint, digest
 from trainops.errors import InputError
 from trainops.model import WARNING, Document, Target, computed_once
@@ -72,13 +78,16 @@ class Job:
     """One target to validate, planned: what it renders, its cluster, its result's key.
 
     `platform` is the plan of the cluster's platform overlay when the target is a run
-    or template inside a cluster (its rules look the platform's objects up).
+    or template inside a cluster (its rules look the platform's objects up);
+    `name_conflict`, for a run, the other directories whose Argo CD Application would
+    have the run's Application's name (worked out from the whole tree, so part of the key).
     """
 
     plan: Plan
     profile: Any | None
     platform: Plan | None
     key: str
+    name_conflict: NameConflict | None = None
 
 
 class Progress(Protocol):
@@ -184,6 +193,7 @@ class Validation:
         )
         platforms = {**own, **{Path(p.target.path).resolve(): p for p in extra}}
         profiles = {d: load_profile(d / "cluster.yaml") for d in dict.fromkeys(clusters) if d}
+        conflicts = self._name_conflicts(plans, clusters)
         jobs = []
         for plan, directory in zip(plans, clusters, strict=True):
             platform = None
@@ -191,15 +201,43 @@ class Validation:
                 platform = platforms[directory]
             # The target's path is part of the key: two files with the same content
             # must each be reported under their own name.
+            conflict = conflicts.get(Path(plan.target.path).resolve())
             key = digest(
                 plan.key,
                 plan.target.kind,
                 plan.target.path,
                 platform.key if platform else "",
+                repr(conflict) if conflict else "",
                 self.fingerprint,
             )
-            jobs.append(Job(plan, profiles.get(directory), platform, key))
+            jobs.append(Job(plan, profiles.get(directory), platform, key, conflict))
         return jobs
+
+    def _name_conflicts(
+        self, plans: list[Plan], clusters: list[Path | None]
+    ) -> dict[Path, NameConflict]:
+        """For each run among `plans`, the Applications of its repository (what the
+        ApplicationSets of its argocd/ make of the tree) named as its own is."""
+        found: dict[Path, NameConflict] = {}
+        by_root: dict[Path, dict[str, NameConflict]] = {}
+        for plan, cluster in zip(plans, clusters, strict=True):
+            if self.policy_settings is None or cluster is None or not plan.target.is_run:
+                continue
+            if cluster.parent.name != "overlays":
+                continue
+            root = cluster.parent.parent
+            if root not in by_root:
+                by_root[root] = self._tree_conflicts(root)
+            directory = Path(plan.target.path).resolve()
+            conflict = by_root[root].get(str(directory.relative_to(root)))
+            if conflict is not None:
+                found[directory] = conflict
+        return found
+
+    def _tree_conflicts(self, root: Path) -> dict[str, NameConflict]:
+        """Application names shared by directories of the tree at `root`."""
+        appsets = argocd_appsets(root, self.renderer)
+        return name_conflicts(generated_applications(root, appsets)) if appsets else {}
 
     # -- render and check -----------------------------------------------------------------
 
@@ -245,7 +283,7 @@ class Validation:
                     if job.platform and last_use[job.platform.key] == index:
                         rendering.pop(job.platform.key, None)
                 if first_error is None:
-                    report = self.check(result, platform, job.profile)
+                    report = self.check(result, platform, job.profile, job.name_conflict)
                     reports.append(report)
                     set_aside()
                     if self.cache.enabled:
@@ -278,6 +316,7 @@ class Validation:
         result: RenderResult,
         platform: list[Document] | None = None,
         profile: Any | None = None,
+        name_conflict: NameConflict | None = None,
     ) -> TargetReport:
         """Every finding of one rendered target: schema, API and policy checks."""
         resources: list[ResourceResult] = []
@@ -314,6 +353,7 @@ class Validation:
                 platform=platform or [],
                 profile=profile,
                 inputs=result.inputs,
+                name_conflict=name_conflict,
             )
             findings.extend(evaluate(context, self.policy_settings))
         if result.inputs is not None:  # a kustomize render: the files behind each field

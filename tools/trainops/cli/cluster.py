@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from trainops.cli.common import complete_clusters, project_config
+from trainops.appsets import argocd_appsets, name_taken
+from trainops.cli.common import complete_clusters, make_renderer, project_config
 from trainops.errors import InputError
 from trainops.profile.edit import parse_assignment
 from trainops.profile.model import (
@@ -45,6 +46,21 @@ from trainops.profile.writer import (
 )
 from trainops.render.discover import display_path
 from trainops.yamlio import load_yaml_mapping, read_text
+
+
+def _refuse_taken_application_name(root: Path, directory: str) -> None:
+    """A run whose Argo CD Application would take another directory's name is never
+    synced, or stops the other from syncing (run-application-name-unique)."""
+    if (root / directory).is_dir():
+        return  # rewriting an existing run: validate reports a conflict it already has
+    renderer, _ = make_renderer(project_config())
+    taken = name_taken(root, argocd_appsets(root, renderer), directory)
+    if taken is not None:
+        raise InputError(
+            f"the run's Argo CD Application would be named {taken.name}, as that of "
+            f"{', '.join(taken.others)} is, and only one of them would ever sync: "
+            "pick another run name"
+        )
 
 
 def repository_root() -> Path:
@@ -418,5 +434,7 @@ def new_run(
         failure_patterns=list(failure_patterns),
         scope=RunScope(team, priority, topology),
     )
-    report(write_run(repository_root(), cluster, run, options, force))
+    root = repository_root()
+    _refuse_taken_application_name(root, f"overlays/{cluster}/{run_path(team, run)}")
+    report(write_run(root, cluster, run, options, force))
     click.echo(f"next: trainops validate overlays/{cluster}/{run_path(team, run)}")

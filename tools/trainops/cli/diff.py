@@ -6,9 +6,10 @@ from pathlib import Path
 
 import click
 
+from trainops.appsets import application_paths
 from trainops.cli.common import emit, make_renderer, project_config, render_options
 from trainops.config import load_project_config
-from trainops.diff.apps import ARGOCD_DIR, application_paths, keyed
+from trainops.diff.apps import ARGOCD_DIR, keyed
 from trainops.diff.compare import ResourceKey, compare
 from trainops.diff.formats import FORMATS, DiffReport
 from trainops.diff.hazards import hazards

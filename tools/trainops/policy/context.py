@@ -1,7 +1,8 @@
 """What a rule may look at besides the resource it checks: the Context of one render.
 
 The Context holds every document of the same render, the cluster's platform render for
-runs and templates, and the cluster profile when there is one. Everything is a lookup on
+runs and templates, the cluster profile when there is one and, for a run, the other
+directories whose Argo CD Application takes its Application's name. Everything is a lookup on
 an index built once per render (policy/index.py).
 """
 
@@ -11,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from trainops.appsets import NameConflict
 from trainops.model import Document, Target
 from trainops.policy import trainjob
 from trainops.policy.index import RenderIndex
@@ -34,10 +36,13 @@ class Context:
         platform: Iterable[Document] = (),
         profile: ClusterProfile | None = None,
         inputs: InputGraph | None = None,
+        name_conflict: NameConflict | None = None,
     ):
         self.target = target
         self.profile = profile
         self.inputs = inputs
+        # A run's Argo CD Application name, where other directories' share it.
+        self.name_conflict = name_conflict
         platform = list(platform)
         self.has_platform = bool(platform)  # a run or template checked with its cluster
         # Whether exemption annotations may silence security rules here (set by evaluate).
