@@ -126,3 +126,64 @@ def test_doctor_job_without_pods_is_a_one_line_error(trainops, tmp_path):
     assert run.code == 2
     message = "no pods labelled training.kubeflow.org/job-name=ghost in namespace training"
     assert run.err.strip() == f"trainops: error: {message}"
+
+
+def _ended(name: str, code: int) -> dict:
+    terminated = {"reason": "Error" if code else "Completed", "exitCode": code}
+    return {
+        "metadata": {"name": name, "labels": {"training.kubeflow.org/replica-type": "worker"}},
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "pytorch"}]},
+        "status": {
+            "phase": "Failed" if code else "Succeeded",
+            "containerStatuses": [
+                {"name": "pytorch", "restartCount": 0, "state": {"terminated": terminated}}
+            ],
+        },
+    }
+
+
+def test_a_failed_jobs_exit_codes_say_why_it_ended(trainops, tmp_path):
+    """A Failed job whose pods ended with the launcher's codes: exit 6 (retry budget spent)
+    is an error, a retried code (204) a warning, exit 0 nothing; never "no problems"."""
+    base = f"/api/v1/namespaces/{NS}"
+    responses = {
+        request_key(f"{base}/pods", {"labelSelector": LABEL}): {
+            "items": [
+                _ended("llama-master-0", 6),
+                _ended("llama-worker-0", 204),
+                _ended("llama-worker-1", 0),
+            ]
+        },
+        request_key(f"{base}/events", {}): {"items": []},
+        request_key(f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/llama", {}): {
+            "status": {"conditions": [{"type": "Failed", "message": "job failed"}]}
+        },
+    }
+    for name in ("llama-master-0", "llama-worker-0", "llama-worker-1"):
+        responses[request_key(f"{base}/pods/{name}/log", {"container": "pytorch"})] = ""
+    path = tmp_path / "failed.json"
+    path.write_text(json.dumps({"kind": RECORDING_KIND, "responses": responses}))
+    run = trainops("doctor", "job", "llama", "--recording", str(path), "--format", "json")
+    assert run.code == 1, run.err
+    found = [f for f in json.loads(run.out)["findings"] if f["rule"] == "container-exit-code"]
+    assert [(f["severity"], f["message"]) for f in found] == [
+        (
+            "error",
+            "llama-master-0: container pytorch: last exit code 6: the retry budget is spent "
+            "(retried failures kept coming without a new checkpoint): not retried",
+        ),
+        (
+            "warning",
+            "llama-worker-0: container pytorch: last exit code 204: rendezvous or the c10d "
+            "store failed: retried",
+        ),
+    ]
+
+
+def test_every_exit_code_of_the_trainer_has_a_meaning():
+    """The doctor's table of the trainer's codes (the toolkit runs without the trainer
+    installed, so it keeps its own) names every code trainer.errors.ExitCode has."""
+    from trainer.errors import ExitCode
+    from trainops.doctor.job import EXIT_MEANINGS
+
+    assert {int(c) for c in ExitCode if c} <= set(EXIT_MEANINGS)

@@ -13,6 +13,7 @@ from trainer import hangreport
 from trainer.failures import DEVICE_FAULT, Ending, program_verdict
 from trainer.hangreport import FIRED, Attempt, RankState
 from trainer.launch import exit_code
+from trainer.retries import RetryBudget
 
 
 def report_lines(states, silent=(), first=None) -> list[str]:
@@ -91,3 +92,23 @@ def test_the_launchers_verdict_is_a_finding(trainops, tmp_path, capsys):
     assert "exited 2 (bad arguments, data or environment: not retried)" in found["message"]
     # The quoted CUDA error is the launcher's verdict, not a second CUDA error.
     assert not any(f["rule"] == "cuda-fatal" for f in report["findings"])
+
+
+def test_a_spent_retry_budget_is_read_as_the_failure_it_is(trainops, tmp_path, capsys):
+    """A retryable verdict followed by the budget's line: the launcher exited 6 and the job
+    fails, so the finding is an error with exit 6, not a retried fault (a warning)."""
+    evidence = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    (tmp_path / "ckpt").mkdir()
+    budget = RetryBudget(tmp_path / "ckpt", "0", 1)
+    ending = Ending(1, DEVICE_FAULT, evidence)
+    assert exit_code(ending, budget) == 203  # the first failure is retried
+    capsys.readouterr()
+    assert exit_code(ending, budget) == 6
+    lines = capsys.readouterr().err.splitlines()
+    code, report = doctor(trainops, tmp_path, lines)
+    found = finding(report, "launcher-exit")
+    assert code == 1 and found["severity"] == "error" and found["ranks"] == [1], found
+    assert found["message"].startswith(
+        "trainer-launch exited 6 (not retried): rank 1: device-fault (" + evidence + ") was "
+        "retryable failure 2 in a row without a new checkpoint in "
+    ), found

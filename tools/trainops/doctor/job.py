@@ -22,18 +22,28 @@ JOB_LABEL = "training.kubeflow.org/job-name"
 ROLE_LABEL = "training.kubeflow.org/replica-type"
 JOB_KINDS = ("pytorchjobs", "mpijobs", "tfjobs")
 
-# Exit codes of the trainer image (docs/trainer.md) and the usual signals.
+# Exit codes of the trainer image and its launcher (trainer.errors.ExitCode, kept equal
+# by tests/doctor/test_doctor_job.py) and SIGKILL's. 1-127 fail the job under the
+# operator's ExitCode restart policy, 128-255 restart it.
 EXIT_MEANINGS = {
-    1: "unexpected error in the program",
-    2: "bad arguments, data or environment (the trainer's configuration error)",
-    3: "the loss diverged (NaN/Inf after every rollback)",
-    4: "NCCL used another transport than the cluster promises",
+    1: "unexpected error in the program (a bug): not retried",
+    2: "bad arguments, data or environment: not retried",
+    3: "the loss diverged (NaN/Inf after every rollback): not retried",
+    4: "NCCL used another transport than the cluster promises: not retried",
+    5: "host or GPU memory ran out: not retried",
+    6: "the retry budget is spent (retried failures kept coming without a new checkpoint): "
+    "not retried",
     137: "killed by SIGKILL: out of memory, or the grace period ran out",
     143: "stopped by SIGTERM (preemption or restart); the trainer saved a checkpoint",
-    200: "the trainer's watchdog ended a hung step",
-    201: "a peer rank disappeared during a collective",
-    202: "an earlier launch of the job still held its checkpoint directory",
+    200: "the trainer's watchdog ended a hung step: retried",
+    201: "a peer rank disappeared during a collective: retried",
+    202: "an earlier launch of the job still held its checkpoint directory: retried",
+    203: "GPU, driver or NCCL fault: retried",
+    204: "rendezvous or the c10d store failed: retried",
+    205: "a failure the run's own patterns call transient: retried",
+    206: "training ended but its last step could not be saved: retried from the newest checkpoint",
 }
+PERMANENT_EXIT = range(1, 128)
 
 
 @dataclass
@@ -96,6 +106,12 @@ def _pod_state(pod: dict[str, Any]) -> PodState:
             if ended.get("reason") == "OOMKilled":
                 problems.append(("oom", container.get("name", "?")))
                 break
+        else:
+            ended = current.get("terminated") or {}
+            code = ended.get("exitCode")
+            if isinstance(code, int) and code != 0 and "waiting" not in current:
+                kind = "exit" if code in PERMANENT_EXIT else "exit-retried"
+                problems.append((kind, f"{container.get('name', '?')}: {_exit_text(ended)}"))
     return PodState(
         name=meta.get("name", "?"),
         role=(meta.get("labels") or {}).get(ROLE_LABEL, "?"),
@@ -189,6 +205,17 @@ POD_PROBLEMS = {
         ),
         "{pod} cannot pull its image: {detail}",
     ),
+    "exit": (
+        _pod_rule(
+            "container-exit-code",
+            ERROR,
+            "No container of the job ended with a failing exit code",
+            "Read the container's log for the cause its exit code stands for "
+            "(docs/runbook.md, 'What is retried'); 1-127 end the job under the ExitCode "
+            "restart policy, 128-255 restart it.",
+        ),
+        "{pod}: container {detail}",
+    ),
     "crashloop": (
         _pod_rule(
             "crash-loop",
@@ -199,6 +226,8 @@ POD_PROBLEMS = {
         "{pod} is crash-looping, {detail}",
     ),
 }
+# A code the operator restarts the pod for: the same rule, a warning.
+POD_PROBLEMS["exit-retried"] = POD_PROBLEMS["exit"]
 RESTARTS = _pod_rule(
     "pod-restarts",
     INFO,
@@ -225,7 +254,8 @@ def pod_findings(evidence: JobEvidence, rdma_resource: str | None = None) -> lis
         for kind, detail in pod.problems:
             rule, template = POD_PROBLEMS[kind]
             message = template.format(pod=pod.name, detail=detail)
-            found.append(DoctorFinding(rule.id, rule.severity, message, rule.fix))
+            severity = WARNING if kind == "exit-retried" else rule.severity
+            found.append(DoctorFinding(rule.id, severity, message, rule.fix))
         if pod.restarts and not pod.problems:
             found.append(
                 DoctorFinding(

@@ -4,6 +4,11 @@ report it prints when a watchdog fired, and its verdict on how the workers ended
     trainer-launch: hang report (attempt 0): the watchdog of rank 0 fired first, at step 4
     trainer-launch: culprit: rank 1, outside any collective, while rank 0 waits for it in one
     trainer-launch: rank 1: device-fault (RuntimeError: CUDA error: ...); exiting 203 (...)
+    trainer-launch: that is retryable failure 3 in a row without a new checkpoint in
+        /checkpoints (budget 2, TRAINER_RETRY_BUDGET): exiting 6 (not retried)
+
+The last form follows a retryable verdict whose retry budget is spent: the launcher
+exits 6, not the retryable code the line before it names.
 
 The wording is trainer.hangreport's and trainer.launch's; it is read by fixed prefixes
 and `str.find`, no pattern. Lines the launcher prints are its own verdicts: the other
@@ -19,6 +24,8 @@ PREFIX = "trainer-launch: "
 _REPORT = "hang report (attempt "
 _CULPRIT = "culprit: "
 _EXITING = "; exiting "
+_EXHAUSTED = "that is retryable failure "
+_EXHAUSTED_EXIT = "): exiting "
 
 
 def read(text: str) -> list[tuple[str, dict]] | None:
@@ -32,10 +39,27 @@ def read(text: str) -> list[tuple[str, dict]] | None:
         detail = body[len(_CULPRIT) :]
         ranks, _ = _ranks(detail)
         return [(ev.HANG_CULPRIT, {"culprits": ranks, "detail": detail})]
+    if body.startswith(_EXHAUSTED) and _EXHAUSTED_EXIT in body:
+        verdict = _exhausted(body[len(_EXHAUSTED) :])
+        return [(ev.LAUNCHER_EXIT, verdict)] if verdict["code"] is not None else []
     if _EXITING in body:
         verdict = _verdict(body)
         return [(ev.LAUNCHER_EXIT, verdict)] if verdict["code"] is not None else []
     return []
+
+
+def _exhausted(rest: str) -> dict:
+    """`3 in a row without a new checkpoint in DIR (budget 2, ...): exiting 6 (not retried)`."""
+    head, _, tail = rest.rpartition(_EXHAUSTED_EXIT)
+    code_text, _, meaning = tail.partition(" ")
+    return {
+        "decider": None,
+        "cause": "retry budget spent",
+        "evidence": f"retryable failure {head})",
+        "code": int(code_text) if code_text.isdigit() else None,
+        "meaning": meaning.strip().removeprefix("(").removesuffix(")"),
+        "exhausted": True,
+    }
 
 
 def _report(rest: str) -> dict:

@@ -309,12 +309,35 @@ def hang_culprit(ctx: Context) -> Iterator[Found]:
 )
 def launcher_exit(ctx: Context) -> Iterator[Found]:
     groups: dict[tuple, list[Event]] = defaultdict(list)
+    spent: dict[int, list[Event]] = {}  # id of a verdict -> the budget lines that end it
+    last: dict[str, Event] = {}  # the latest plain verdict of each source
     for event in ctx.of(ev.LAUNCHER_EXIT):
         fields = event.fields
+        if fields.get("exhausted"):
+            before = last.pop(event.source, None)
+            if before is not None:
+                spent.setdefault(id(before), []).append(event)
+                continue
+        else:
+            last[event.source] = event
         groups[(fields["code"], fields["cause"], fields["decider"])].append(event)
     for (code, cause, decider), events in groups.items():
         fields = events[0].fields
         who = f"rank {decider}: " if decider is not None else ""
+        ends = [e for event in events for e in spent.get(id(event), [])]
+        if ends:
+            # The retry budget turned a retryable verdict into exit 6: the job fails.
+            final = ends[0].fields
+            yield Found(
+                f"trainer-launch exited {final['code']} ({final['meaning']}): {who}{cause} "
+                f"({fields['evidence']}) was {final['evidence']}",
+                [*events, *ends],
+                severity=ERROR,
+                ranks=[decider] if decider is not None else [],
+            )
+            events = [e for e in events if id(e) not in spent]
+            if not events:
+                continue
         yield Found(
             f"trainer-launch exited {code} ({fields['meaning']}): {who}{cause} "
             f"({fields['evidence']})",
