@@ -480,3 +480,21 @@ def test_one_file_per_rank_names_the_rank_when_lines_do_not():
         Expectation(),
     )
     assert rules(result)["cuda-fatal"].ranks == [7]
+
+
+def test_a_large_jobs_rank_table_folds_ranks_that_look_alike(trainops, tmp_path):
+    """128 ranks on 16 nodes, one of them on sockets: a row per node, the odd rank on a
+    row of its own between the runs of its neighbours."""
+    from tests.doctor.nccl_logs import job
+
+    ranks = job(nodes=16, gpus=8)
+    ranks[42].transport = "Socket"
+    log = tmp_path / "job.log"
+    log.write_text("\n".join(line for r in ranks for line in r.lines()) + "\n")
+    run = trainops("doctor", "nccl", str(log))
+    table = run.out.split("\n\n")[0].splitlines()
+    assert [row.split()[0] for row in table[1:]] == [
+        "0-7", "8-15", "16-23", "24-31", "32-39", "40-41", "42", "43-47",
+        *(f"{8 * n}-{8 * n + 7}" for n in range(6, 16)),
+    ]  # fmt: skip
+    assert table[7].split()[4] == "Socket", table

@@ -32,12 +32,13 @@ def table(rows: list[tuple[str, ...]]) -> list[str]:
 
 
 def rank_table(recs: list[RankRecord], attempts: bool = False) -> list[str]:
+    """One row per run of consecutive ranks that look alike (a 128-rank job with one
+    cause is a few rows, not 128): `0-7` stands for ranks 0 to 7."""
     header = ("rank", "nranks", "host", "init", "transport", "gdr", "interface", "warn", "timeouts")
-    rows = [(("attempt",) if attempts else ()) + header]
+    runs: list[list] = []  # [first rank, last rank, attempt, the other cells]
     for r in recs:
         init = "complete" if r.init_complete else ("STARTED" if r.init_start else "-")
-        row = (
-            "?" if r.rank is None else str(r.rank),
+        cells = (
             str(r.nranks or "?"),
             r.host or "-",
             init,
@@ -47,7 +48,21 @@ def rank_table(recs: list[RankRecord], attempts: bool = False) -> list[str]:
             str(len(r.warnings)),
             str(len(r.timeouts)),
         )
-        rows.append(((str(r.attempt),) if attempts else ()) + row)
+        last = runs[-1] if runs else None
+        if (
+            last is not None
+            and r.rank is not None
+            and last[1] is not None
+            and r.rank == last[1] + 1
+            and (last[2], last[3]) == (r.attempt, cells)
+        ):
+            last[1] = r.rank
+        else:
+            runs.append([r.rank, r.rank, r.attempt, cells])
+    rows = [(("attempt",) if attempts else ()) + header]
+    for first, end, attempt, cells in runs:
+        rank = "?" if first is None else (str(first) if first == end else f"{first}-{end}")
+        rows.append(((str(attempt),) if attempts else ()) + (rank, *cells))
     return table(rows)
 
 
