@@ -124,7 +124,10 @@ def test_doctor_job_without_pods_is_a_one_line_error(trainops, tmp_path):
     empty.write_text(json.dumps({"kind": RECORDING_KIND, "responses": {}}))
     run = trainops("doctor", "job", "ghost", "--recording", str(empty))
     assert run.code == 2
-    message = "no pods labelled training.kubeflow.org/job-name=ghost in namespace training"
+    message = (
+        "no pods labelled training.kubeflow.org/job-name=ghost or "
+        "jobset.sigs.k8s.io/jobset-name=ghost in namespace training"
+    )
     assert run.err.strip() == f"trainops: error: {message}"
 
 
@@ -187,3 +190,33 @@ def test_every_exit_code_of_the_trainer_has_a_meaning():
     from trainops.doctor.job import EXIT_MEANINGS
 
     assert {int(c) for c in ExitCode if c} <= set(EXIT_MEANINGS)
+
+
+def test_a_trainjobs_pods_are_found_through_its_jobset(trainops, tmp_path):
+    """A TrainJob's pods carry JobSet's label (its JobSet has the TrainJob's name), not the
+    Training Operator's; the condition is the TrainJob's own."""
+    base = f"/api/v1/namespaces/{NS}"
+    worker = _ended("llama-node-0-0-abcde", 5)
+    worker["metadata"]["labels"] = {
+        "jobset.sigs.k8s.io/jobset-name": "llama",
+        "jobset.sigs.k8s.io/replicatedjob-name": "node",
+    }
+    responses = {
+        request_key(f"{base}/pods", {"labelSelector": "jobset.sigs.k8s.io/jobset-name=llama"}): {
+            "items": [worker]
+        },
+        request_key(f"{base}/events", {}): {"items": []},
+        request_key(f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/llama", {}): {
+            "status": {"conditions": [{"type": "Failed", "message": "trainer node failed"}]}
+        },
+        request_key(f"{base}/pods/llama-node-0-0-abcde/log", {"container": "pytorch"}): "",
+    }
+    path = tmp_path / "trainjob.json"
+    path.write_text(json.dumps({"kind": RECORDING_KIND, "responses": responses}))
+    run = trainops("doctor", "job", "llama", "--recording", str(path), "--format", "json")
+    assert run.code == 1, run.err
+    report = json.loads(run.out)
+    assert report["job"]["condition"] == "Failed: trainer node failed"
+    assert [(p["name"], p["role"]) for p in report["pods"]] == [("llama-node-0-0-abcde", "node")]
+    (found,) = [f for f in report["findings"] if f["rule"] == "container-exit-code"]
+    assert "exit code 5: host or GPU memory ran out" in found["message"]

@@ -224,7 +224,8 @@ def _job_diagnosis(logs, expectation: Expectation) -> Diagnosis | None:
 def job(name, namespace, context, recording, save_recording, overlay, expect, fmt):
     """Gather a training job's pods, events and logs, then diagnose them.
 
-    Finds the pods by the training operator's job-name label; reports OOM kills,
+    Finds the pods by their controller's job label (PyTorchJob, MPIJob, TrainJob
+    through its JobSet, JobSet); reports OOM kills,
     evictions, unschedulable GPU or RDMA requests, image pull errors, crash loops
     (with what the trainer's exit code means) and restarts; then reads every
     container's log (and the previous run's, after a restart, as an earlier

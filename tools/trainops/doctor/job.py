@@ -1,6 +1,8 @@
 """A training job's pods, events and logs from the API server, and what they say.
 
-Pods are found by the training operator's `training.kubeflow.org/job-name` label.
+Pods are found by the label their controller gives them (the Training and MPI
+Operators' `training.kubeflow.org/job-name`, JobSet's `jobset.sigs.k8s.io/jobset-name`
+for a TrainJob, whose JobSet has its name, or a JobSet).
 Kubernetes-level trouble (OOM kills, evictions, unschedulable GPU or RDMA requests,
 image pulls, crash loops) becomes findings here; the logs of every container, and of
 the previous run of restarted ones, go on to the NCCL analysis.
@@ -16,11 +18,20 @@ from trainops.doctor.limits import Pattern
 from trainops.errors import InputError
 from trainops.kube import Cluster, NotFound, items
 from trainops.model import ERROR, INFO, WARNING
+from trainops.profile.tenancy import JOB_LABELS
 from trainops.rules import RuleInfo, register
 
-JOB_LABEL = "training.kubeflow.org/job-name"
-ROLE_LABEL = "training.kubeflow.org/replica-type"
-JOB_KINDS = ("pytorchjobs", "mpijobs", "tfjobs")
+POD_LABELS = tuple(dict.fromkeys(JOB_LABELS.values()))
+ROLE_LABELS = ("training.kubeflow.org/replica-type", "jobset.sigs.k8s.io/replicatedjob-name")
+# Where each job kind that names its pods so is read, for its conditions.
+JOB_PATHS = (
+    "/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/{name}",
+    "/apis/kubeflow.org/v1/namespaces/{ns}/mpijobs/{name}",
+    "/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs/{name}",
+    "/apis/kubeflow.org/v2beta1/namespaces/{ns}/mpijobs/{name}",
+    "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/{name}",
+    "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/{name}",
+)
 
 # Exit codes of the trainer image and its launcher (trainer.errors.ExitCode, kept equal
 # by tests/doctor/test_doctor_job.py) and SIGKILL's. 1-127 fail the job under the
@@ -69,9 +80,9 @@ class JobEvidence:
 
 
 def _condition(cluster: Cluster, name: str, namespace: str) -> str | None:
-    for plural in JOB_KINDS:
+    for path in JOB_PATHS:
         try:
-            job = cluster.get(f"/apis/kubeflow.org/v1/namespaces/{namespace}/{plural}/{name}")
+            job = cluster.get(path.format(ns=namespace, name=name))
         except NotFound:
             continue
         conditions = (job.get("status") or {}).get("conditions") or []
@@ -84,6 +95,7 @@ def _condition(cluster: Cluster, name: str, namespace: str) -> str | None:
 
 def _pod_state(pod: dict[str, Any]) -> PodState:
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    labels = meta.get("labels") or {}
     statuses = status.get("containerStatuses") or []
     state, problems = status.get("phase", "Unknown").lower(), []
     if status.get("reason") == "Evicted":
@@ -114,7 +126,7 @@ def _pod_state(pod: dict[str, Any]) -> PodState:
                 problems.append((kind, f"{container.get('name', '?')}: {_exit_text(ended)}"))
     return PodState(
         name=meta.get("name", "?"),
-        role=(meta.get("labels") or {}).get(ROLE_LABEL, "?"),
+        role=next((labels[k] for k in ROLE_LABELS if k in labels), "?"),
         phase=status.get("phase", "Unknown"),
         node=spec.get("nodeName") or "-",
         restarts=sum(int(c.get("restartCount") or 0) for c in statuses),
@@ -134,9 +146,12 @@ def _exit_text(terminated: dict[str, Any]) -> str:
 
 def gather(cluster: Cluster, name: str, namespace: str) -> JobEvidence:
     base = f"/api/v1/namespaces/{namespace}"
-    raw = items(cluster, f"{base}/pods", labelSelector=f"{JOB_LABEL}={name}")
+    raw: list[dict[str, Any]] = []
+    for label in POD_LABELS:
+        raw = raw or items(cluster, f"{base}/pods", labelSelector=f"{label}={name}")
     if not raw:
-        raise InputError(f"no pods labelled {JOB_LABEL}={name} in namespace {namespace}")
+        tried = " or ".join(f"{label}={name}" for label in POD_LABELS)
+        raise InputError(f"no pods labelled {tried} in namespace {namespace}")
     pods = sorted((_pod_state(p) for p in raw), key=lambda p: p.name)
     names = {p.name for p in pods} | {name}
     events = [
