@@ -9,6 +9,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.support import REPO
@@ -123,8 +124,6 @@ def test_new_run_torchtitan_refuses_a_command_and_args_without_module_or_config(
     refused = trainops(*base, "--", "--module", "llama3", "--training.steps", "5", cwd=workspace)
     assert refused.code == 2
     assert "give --config" in refused.err and "Traceback" not in refused.err
-    refused = trainops(*base[:-1], "1", cwd=workspace)
-    assert refused.code == 2 and "a torchtitan run needs --nodes >= 2" in refused.err
     assert status(workspace) == ""
     # Without arguments the run keeps the template's (the debug model).
     assert trainops(*base, cwd=workspace).code == 0
@@ -194,3 +193,24 @@ def test_torchtitan_image_recipe_pins_the_release_the_docs_name():
     assert re.search(r'^ENTRYPOINT \["trainer-launch"\]$', dockerfile, re.MULTILINE)
     users = re.findall(r"^USER (\S+)$", dockerfile, re.MULTILINE)
     assert users and users[-1] not in ("root", "0")
+
+
+@pytest.mark.parametrize("template", ["pytorchjob", "torchtitan"])
+def test_a_one_node_run_is_the_master_alone(trainops, workspace, template):
+    """--nodes 1 on a Master/Worker template: the Workers are removed (after the run's
+    edits of their pod template), so the job is one pod whose torchrun sees one node
+    (the operator's PET_NNODES counts the replicas), with the run's dataset and args."""
+    image = ["--image", "ghcr.io/example-org/trainops-torchtitan:0.3.0"]
+    made = trainops(
+        "new-run", "prod-roce", "one-node", "--template", template, "--nodes", "1",
+        *(image if template == "torchtitan" else []), "--dataset-claim", "corpus:/data",
+        cwd=workspace,
+    )  # fmt: skip
+    assert made.code == 0, made.err
+    path = "overlays/prod-roce/runs/one-node"
+    validate_clean(trainops, workspace, path)
+    (job,) = rendered_jobs(trainops, workspace, path)
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    assert list(specs) == ["Master"] and specs["Master"]["replicas"] == 1
+    mounts = specs["Master"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    assert "/data" in {m["mountPath"] for m in mounts}

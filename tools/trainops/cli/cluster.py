@@ -319,7 +319,12 @@ def unified_diff(changes: list[FileChange], root: Path) -> str:
     "torchtitan (docs/torchtitan.md), whose arguments after `--` are torchtitan's and "
     "must name --module and --config. The cluster's profile decides which it offers.",
 )
-@click.option("--nodes", type=int, required=True, help="Nodes (pods) the run uses.")
+@click.option(
+    "--nodes",
+    type=int,
+    required=True,
+    help="Nodes (pods) the run uses; 1 on pytorchjob or torchtitan is the Master alone.",
+)
 @click.option(
     "--image",
     help="Image for this run (tag or digest); default: the cluster's trainer image. An "

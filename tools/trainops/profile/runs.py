@@ -204,11 +204,6 @@ def generate_run(profile: ClusterProfile, name: str, options: RunOptions) -> dic
             f"{profile.nodes} nodes (spareNodes: {profile.spareNodes} stay free to replace "
             "failed ones), so a larger job is never admitted"
         )
-    if template in MASTER_WORKER and nodes < 2:
-        raise InputError(
-            f"a {template} run needs --nodes >= 2 (one Master plus Workers; Worker replicas 0 "
-            "still creates a worker in the operator); use --template elastic for one node"
-        )
     if template in FIXED_PROGRAM and options.command is not None:
         raise InputError(
             f"--command on a {template} run: the template starts {FIXED_PROGRAM[template]}; "
@@ -238,7 +233,8 @@ def generate_run(profile: ClusterProfile, name: str, options: RunOptions) -> dic
     ops: list[dict[str, Any]] = [_replace("/metadata/name", name)]
     pods = nodes
     if template in MASTER_WORKER:
-        ops.append(_replace("/spec/pytorchReplicaSpecs/Worker/replicas", nodes - 1))
+        if nodes > 1:  # one node: the Master alone, its Workers removed below
+            ops.append(_replace("/spec/pytorchReplicaSpecs/Worker/replicas", nodes - 1))
     elif template == "elastic":
         minimum = (nodes + 1) // 2
         ops += [
@@ -289,6 +285,10 @@ def generate_run(profile: ClusterProfile, name: str, options: RunOptions) -> dic
     program = _program(template, command, options.args)
     if program is not None:
         patch += _args_ops(shape.args, program)
+    if template in MASTER_WORKER and nodes == 1:
+        # One node is the Master alone; removed last, after the ops that edit the
+        # Workers' pod template as they edit the Master's.
+        patch += dump([{"op": "remove", "path": "/spec/pytorchReplicaSpecs/Worker"}])
     up = "../" * run_path(options.scope.team, name).count("/") + "../"
     doc: dict[str, Any] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
