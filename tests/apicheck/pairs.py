@@ -462,6 +462,88 @@ PAIRS = [
         f"{K8S_CORE} ValidateTolerations",
     ),
     Pair(
+        "pod-restart-policy-unknown",
+        deployment(),
+        _set(*POD, "restartPolicy", value="Sometimes"),
+        "api-validation",
+        f"{K8S_CORE} validateRestartPolicy",
+    ),
+    Pair(
+        "pod-dns-policy-unknown",
+        deployment(),
+        _set(*POD, "dnsPolicy", value="ClusterFirstWithHostNetwork"),
+        "api-validation",
+        f"{K8S_CORE} validateDNSPolicy",
+    ),
+    Pair(
+        "pod-preemption-policy-unknown",
+        deployment(),
+        _set(*POD, "preemptionPolicy", value="PreemptLower"),
+        "api-validation",
+        f"{K8S_CORE} ValidatePreemptionPolicy",
+    ),
+    Pair(
+        "pod-os-name-unknown",
+        deployment(),
+        _set(*POD, "os", value={"name": "Linux"}),
+        "api-validation",
+        f"{K8S_CORE} validateOS (validOS)",
+    ),
+    Pair(
+        "pod-node-name-not-a-subdomain",
+        deployment(),
+        _set(*POD, "nodeName", value="gpu_node_1"),
+        "api-validation",
+        f"{K8S_CORE} ValidateNodeName",
+    ),
+    Pair(
+        "pod-runtime-class-not-a-subdomain",
+        deployment(),
+        _set(*POD, "runtimeClassName", value="NVIDIA"),
+        "api-validation",
+        f"{K8S_CORE} ValidateRuntimeClassName",
+    ),
+    Pair(
+        "pod-dns-option-without-name",
+        deployment(),
+        _set(*POD, "dnsConfig", value={"options": [{"value": "2"}]}),
+        "api-validation",
+        f"{K8S_CORE} validatePodDNSConfig",
+    ),
+    Pair(
+        "pod-run-as-user-negative",
+        deployment(),
+        _set(*POD, "securityContext", value={"runAsUser": -1}),
+        "api-validation",
+        f"{APIMACHINERY} IsValidUserID",
+    ),
+    Pair(
+        "container-run-as-group-too-large",
+        deployment(),
+        _set(*WEB, "securityContext", value={"runAsGroup": 4294967296}),
+        "api-validation",
+        f"{APIMACHINERY} IsValidGroupID",
+    ),
+    Pair(
+        "node-affinity-operator-unknown",
+        deployment(),
+        _set(
+            *POD,
+            "affinity",
+            value={
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "gpu", "operator": "Equals"}]}
+                        ]
+                    }
+                }
+            },
+        ),
+        "api-validation",
+        f"{K8S_CORE} validateNodeSelectorRequirement",
+    ),
+    Pair(
         "topology-spread-zero-skew",
         deployment(),
         _set(*POD, "topologySpreadConstraints", 0, "maxSkew", value=0),

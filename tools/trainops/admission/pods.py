@@ -99,6 +99,86 @@ def pod_spec(spec: Any, at: Path, claimed: frozenset[str] = frozenset()) -> Iter
     if spec.get("dnsPolicy") == "None" and not isinstance(spec.get("dnsConfig"), dict):
         yield (*at, "dnsConfig"), required("must provide `dnsConfig` when `dnsPolicy` is None")
     yield from _node_selector(spec.get("nodeSelector"), (*at, "nodeSelector"))
+    yield from _pod_enums(spec, at)
+    for key in ("nodeName", "runtimeClassName"):
+        value = spec.get(key)
+        if isinstance(value, str) and value:
+            for error in names.dns1123_subdomain(value):
+                yield (*at, key), invalid(value, error)
+    dns = spec.get("dnsConfig")
+    for index, option in _dicts(dns.get("options") if isinstance(dns, dict) else None):
+        if not option.get("name"):
+            yield (*at, "dnsConfig", "options", index, "name"), required()
+    yield from _user_ids(spec.get("securityContext"), (*at, "securityContext"))
+    affinity = spec.get("affinity")
+    node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    yield from _node_affinity(node, (*at, "affinity", "nodeAffinity"))
+
+
+# Enumerations ValidatePodSpec checks (validateRestartPolicy, validateDNSPolicy,
+# validatePreemptionPolicy, validateOS's validOS), after defaulting.
+_POD_ENUMS = {
+    "restartPolicy": ("Always", "OnFailure", "Never"),
+    "dnsPolicy": ("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"),
+    "preemptionPolicy": ("PreemptLowerPriority", "Never"),
+}
+_OS_NAMES = ("linux", "windows")
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+_MAX_ID = 2147483647
+
+
+def _pod_enums(spec: dict[str, Any], at: Path) -> Iterator[Error]:
+    for key, supported in _POD_ENUMS.items():
+        value = spec.get(key)
+        if isinstance(value, str) and value not in supported:
+            yield (*at, key), not_supported(value, supported)
+    os = spec.get("os")
+    if isinstance(os, dict):
+        name = os.get("name")
+        if not name:
+            yield (*at, "os", "name"), required()
+        elif isinstance(name, str) and name not in _OS_NAMES:
+            yield (*at, "os", "name"), not_supported(name, _OS_NAMES)
+
+
+def _user_ids(value: Any, at: Path) -> Iterator[Error]:
+    """IsValidUserID / IsValidGroupID on a pod's or container's security context."""
+    if not isinstance(value, dict):
+        return
+    for key in ("runAsUser", "runAsGroup", "fsGroup"):
+        number = value.get(key)
+        number_given = isinstance(number, int) and not isinstance(number, bool)
+        if number_given and not 0 <= number <= _MAX_ID:
+            yield (*at, key), invalid(number, f"must be between 0 and {_MAX_ID}, inclusive")
+
+
+def _node_affinity(value: Any, at: Path) -> Iterator[Error]:
+    """validateNodeSelectorRequirement's operators, required and preferred terms."""
+    if not isinstance(value, dict):
+        return
+    required_terms = value.get("requiredDuringSchedulingIgnoredDuringExecution")
+    terms = [
+        (("requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", i), term)
+        for i, term in _dicts(
+            required_terms.get("nodeSelectorTerms") if isinstance(required_terms, dict) else None
+        )
+    ]
+    terms += [
+        (
+            ("preferredDuringSchedulingIgnoredDuringExecution", i, "preference"),
+            item.get("preference"),
+        )
+        for i, item in _dicts(value.get("preferredDuringSchedulingIgnoredDuringExecution"))
+    ]
+    for where, term in terms:
+        if not isinstance(term, dict):
+            continue
+        for field_name in ("matchExpressions", "matchFields"):
+            for index, requirement in _dicts(term.get(field_name)):
+                operator = requirement.get("operator")
+                if isinstance(operator, str) and operator not in _SELECTOR_OPERATORS:
+                    path = (*at, *where, field_name, index, "operator")
+                    yield path, not_supported(operator, _SELECTOR_OPERATORS)
 
 
 def _volumes(value: Any, at: Path) -> Iterator[Error]:
@@ -178,6 +258,7 @@ def _container(
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         yield from _probe(container.get(probe), (*at, probe), probe != "readinessProbe")
     yield from _security_context(container.get("securityContext"), (*at, "securityContext"))
+    yield from _user_ids(container.get("securityContext"), (*at, "securityContext"))
 
 
 def _port_name(name: str) -> list[str]:
