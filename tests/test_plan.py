@@ -170,12 +170,33 @@ def test_the_profile_overrides_rates_and_its_spares_are_checked(trainops, worksp
             ["--flops", "1e20", "--gpus", "8", "--gpu", "A100", "--failure-rate", "nic"],
             "--failure-rate 'nic': expected NAME=RATE",
         ),
+        (
+            ["--params", "1e400", "--tokens", "2T", "--gpus", "8", "--gpu", "A100"],
+            "--params: '1e400' is beyond the range of a float",
+        ),
+        (
+            ["--params", "70B", "--tokens", "2T", "--gpus", "8", "--peak-flops", "1e-300"],
+            "beyond the range of a float: check the units",
+        ),
+        (
+            ["--flops", "1e20", "--gpus", "8", "--gpu", "A100", "--failure-rate", "gpu=inf"],
+            "--failure-rate 'gpu=inf': expected NAME=RATE",
+        ),
     ],
 )
 def test_bad_input_is_one_line(trainops, args, message):
     run = trainops("plan", *args)
     assert run.code == 2 and message in run.err
     assert len(run.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("option", ["--mfu", "--grad-bytes", "--node-bandwidth", "--repair-hours"])
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_float_option_refuses_nan_and_inf_rather_than_printing_them(trainops, option, value):
+    run = trainops("plan", "--params", "70B", "--tokens", "2T", "--gpus", "8", "--gpu", "A100",
+                   option, value)  # fmt: skip
+    assert run.code == 2 and f"Invalid value for '{option}'" in run.err
+    assert "nan" not in run.out and "inf" not in run.out
 
 
 def test_amounts():

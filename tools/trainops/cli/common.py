@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 from pathlib import Path
@@ -19,6 +20,17 @@ from trainops.render.engine import Renderer, RenderOptions
 from trainops.yamlio import MAX_FILE_BYTES
 
 DEFAULT_PATH = "overlays"
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A FloatRange that refuses nan and inf, which pass a range's comparisons and
+    would print as results."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 def render_options(command):

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from trainops.cli.common import (
+    FiniteFloatRange,
     cluster_options,
     make_renderer,
     open_cluster,
@@ -136,12 +137,12 @@ def nccl(logs, overlay, expect, fmt):
 @click.argument("logs", nargs=-1, required=True)
 @click.option(
     "--min-busbw",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     help="Bus bandwidth floor in GB/s (the largest message of each run must reach it).",
 )
 @click.option(
     "--slow-fraction",
-    type=click.FloatRange(0, 1, min_open=True),
+    type=FiniteFloatRange(0, 1, min_open=True),
     default=0.8,
     show_default=True,
     help="A sweep's run is slow below this fraction of the sweep's reference bandwidth "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from trainops.cli.common import FiniteFloatRange
 from trainops.errors import InputError
 from trainops.planning.estimate import (
     CHECKPOINT_BYTES_PER_PARAM,
@@ -29,6 +30,8 @@ def _amount(option: str, value: str | None) -> float | None:
         raise InputError(f"{option}: {error}") from None
     if number <= 0:
         raise InputError(f"{option}: must be positive, not {value!r}")
+    if not math.isfinite(number):
+        raise InputError(f"{option}: {value!r} is beyond the range of a float")
     return number
 
 
@@ -40,7 +43,7 @@ def _rates(overrides: tuple[str, ...]) -> dict[str, float]:
             rate = float(value)
         except ValueError:
             rate = -1.0
-        if not eq or not name or rate < 0:
+        if not eq or not name or not 0 <= rate < math.inf:
             raise InputError(
                 f"--failure-rate {item!r}: expected NAME=RATE (failures per 1000 "
                 "GPU-hours), e.g. gpu=0.02"
@@ -83,7 +86,7 @@ def _gpu_of(product: str) -> str | None:
 @click.option("--peak-flops", help="Peak FLOP/s of one GPU instead of --gpu, e.g. 300e12.")
 @click.option(
     "--mfu",
-    type=click.FloatRange(min=0, max=1, min_open=True),
+    type=FiniteFloatRange(min=0, max=1, min_open=True),
     default=0.4,
     show_default=True,
     help="Expected model FLOPs utilisation (0-1).",
@@ -94,14 +97,14 @@ def _gpu_of(product: str) -> str | None:
 )
 @click.option(
     "--grad-bytes",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=2.0,
     show_default=True,
     help="Bytes per gradient value (2 for BF16).",
 )
 @click.option(
     "--node-bandwidth",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     help="Training fabric per node in Gbit/s, e.g. 3200 for 8 x 400G.",
 )
 @click.option(
@@ -111,14 +114,14 @@ def _gpu_of(product: str) -> str | None:
 )
 @click.option(
     "--storage-bandwidth",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=10.0,
     show_default=True,
     help="Checkpoint write bandwidth in GB/s.",
 )
 @click.option(
     "--restart-minutes",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=10.0,
     show_default=True,
     help="Time from a failure to training again.",
@@ -140,14 +143,14 @@ def _gpu_of(product: str) -> str | None:
 )
 @click.option(
     "--ettr-target",
-    type=click.FloatRange(min=0, max=1, min_open=True),
+    type=FiniteFloatRange(min=0, max=1, min_open=True),
     default=0.9,
     show_default=True,
     help="The effective-training-time ratio the run must hold: sizes the spares.",
 )
 @click.option(
     "--repair-hours",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=72.0,
     show_default=True,
     help="Time until a failed node is back in service (an assumption: set your fleet's).",

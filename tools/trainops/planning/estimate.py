@@ -98,6 +98,11 @@ def make_plan(p: PlanInputs) -> Plan:
         raise ValueError("give --flops, or --params and --tokens")
     rate = p.gpus * p.peak_flops * p.mfu
     seconds = flops / rate
+    if not math.isfinite(seconds) or not math.isfinite(flops) or seconds * p.gpus == math.inf:
+        raise ValueError(
+            f"these inputs give {flops:g} FLOPs at {rate:g} FLOP/s, beyond the range of a "
+            "float: check the units of --params, --tokens, --flops and --peak-flops"
+        )
     compute = {
         "training_flops": flops,
         "gpus": p.gpus,
