@@ -109,6 +109,18 @@ def test_an_unexplained_uncaught_exception_is_a_bug_and_only_the_last_one_counts
             TERMINATED,
             143,
         ),
+        # Its own CUDA error was still unwinding when torchrun stopped it: a peer it
+        # took down exited first.
+        (
+            -signal.SIGTERM,
+            [
+                "[rank1]: Traceback (most recent call last):",
+                "[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered",
+            ],
+            DEVICE_FAULT,
+            203,
+        ),
+        (-signal.SIGTERM, [GLOO_RESET], PEER_LOST, 201),
         (-signal.SIGKILL, [], None, 137),
         (3, ["RuntimeError: CUDA error: misaligned address"], None, 3),  # the program's verdict
         (201, [], PEER_LOST, 201),

@@ -308,8 +308,8 @@ def classify_text(
 def _explained_by_lines(status: int) -> bool:
     """Exit 1 (any uncaught Python exception) and deaths by a signal other than SIGTERM
     say little by themselves: the last lines tell more. SIGTERM is how torchrun stops
-    the survivors of another rank's failure, so their lines only show what that failure
-    did to them; any other code is the program's own verdict."""
+    the survivors of another rank's failure, so only what a pattern recognises in their
+    lines counts (classify_exit); any other code is the program's own verdict."""
     if status == 1:
         return True
     signum = -status if status < 0 else status - 128
@@ -345,13 +345,17 @@ def classify_exit(
     """How a worker that exited with `status` (negative: killed by that signal) ended.
 
     A SIGKILL while the container's memory limit killed a process is running out of
-    memory. A worker SIGTERMed after its lines show it lost a peer lost a peer.
+    memory. A worker SIGTERMed after its lines show what a pattern recognises (it lost
+    a peer, its GPU faulted) ended that way: torchrun stops every worker left when the
+    first one exits, and a rank whose own exception was still unwinding (its process
+    group's teardown can take a while) is among them when a peer it took down exits
+    first. An exception no pattern explains stays a consequence of the SIGTERM.
     """
     ending = _by_status(rank, status, oom_killed)
     if ending.cause is TERMINATED and status < 0:
-        # Stopped by torchrun after it had already lost its peer: a consequence.
         found = classify_text(lines, patterns, oom_killed)
-        return Ending(rank, *found) if found is not None and found[0] is PEER_LOST else ending
+        recognised = found is not None and _match(found[1], patterns) is not None
+        return Ending(rank, *found) if recognised else ending
     if ending.cause is OUT_OF_MEMORY or not _explained_by_lines(status):
         return ending
     found = classify_text(lines, patterns, oom_killed)
