@@ -8,7 +8,9 @@ that prints it, the file and line there, and the first release, into the doctor'
 (tools/trainops/doctor/catalog/<component>.yaml). What people wrote there (finding,
 severity, meaning, fix) is kept for every format the sources still print; a new format
 gets severity `unclassified`, which tests/doctor/test_message_catalog.py refuses until
-someone reads its code and classifies it.
+someone reads its code and classifies it. A record marked `expanded: true` was written by
+hand for what no format string shows whole (a macro's message, such as SYSCHECK's "Call to
+bind failed: %s", or a later line of a multi-line warning) and is kept as it is.
 
     python scripts/extract-doctor-messages.py ~/src/nccl --component nccl
 """
@@ -218,6 +220,7 @@ KEPT = ("finding", "severity", "meaning", "fix")
 def merge(rows: list[dict], current: list[dict]) -> list[dict]:
     """The extracted formats in the catalog's shape, with what people wrote kept."""
     written = {(e["level"], e["key"]): e for e in current}
+    extracted = {(row["level"], row["format"]) for row in rows}
     merged = []
     for row in rows:
         entry = {"key": row["format"], "level": row["level"], "source": row["source"]}
@@ -229,7 +232,10 @@ def merge(rows: list[dict], current: list[dict]) -> list[dict]:
         else:
             entry |= {k: before[k] for k in KEPT if k in before}
         merged.append(entry)
-    return merged
+    merged += [
+        e for e in current if e.get("expanded") and (e["level"], e["key"]) not in extracted
+    ]
+    return sorted(merged, key=lambda e: (e["source"].split("#")[0], e["key"]))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -191,7 +191,10 @@ def records(events: list[Event]) -> list[RankRecord]:
         record.version = record.version or next(
             (shared[s] for s in record.sources if s in shared), None
         )
-    result = [r for r in result if r.rank is not None or r.host or r.errors or r.timeouts]
+    # A paste of NCCL lines without host:pid is still one process's view of its transport.
+    result = [
+        r for r in result if r.rank is not None or r.host or r.errors or r.timeouts or r.transport
+    ]
     return sorted(
         result, key=lambda r: (r.attempt, r.rank is None, r.rank or 0, r.host or "", r.pid or "")
     )

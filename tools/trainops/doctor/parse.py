@@ -23,7 +23,7 @@ from trainops.doctor import (
 )
 from trainops.doctor import events as ev
 from trainops.doctor.events import Event, ProcessKey
-from trainops.doctor.limits import MAX_ITEMS, MAX_PROCESSES, words
+from trainops.doctor.limits import MAX_ITEMS, MAX_PROCESSES, Pattern, words
 from trainops.doctor.lines import NcclHeader, clean, nccl_header
 from trainops.doctor.sources import FlightRecorderDump, LogStream, Source
 from trainops.errors import InputError
@@ -41,7 +41,11 @@ _WRAPPED_INTERFACES = 64  # lines a wrapped interface list may continue over
 _KNOWN_LINES = 4096
 # Facts that say only that a line reports something, or that no check reads: the catalog
 # may know what the line means.
-_UNEXPLAINED = frozenset({ev.NCCL_WARN, ev.EXCEPTION, ev.IB_ASYNC, ev.TESTS_FAILURE, ev.OFI})
+# What a line's parser read without saying why it failed; the catalog still reads the line
+# (NCCL's result string inside torch's "NCCL error in: ..." or nccl-tests' failure line).
+_UNEXPLAINED = frozenset(
+    {ev.NCCL_WARN, ev.EXCEPTION, ev.IB_ASYNC, ev.TESTS_FAILURE, ev.OFI, ev.TORCH_NCCL_ERROR}
+)
 
 # The words that mark a line, each with what it marks (one declaration, three scans):
 # - CATALOG: a line without NCCL's header is looked up in the catalog only when it carries
@@ -207,11 +211,27 @@ def _rejoined(header, text: str, following: str):
     return None
 
 
+# A paste that lost its newlines runs NCCL's lines together (`... set by environment to 0.
+# [0] NCCL INFO NCCL_IB_HCA set to ...`): each NCCL header after a line's first starts a line
+# of its own, so that no message reads the next one as its value.
+_HEADER_ANYWHERE = Pattern(r"(?:[\w.-]+:\d+:\d+ )?\[\d+\] NCCL (?:INFO|WARN) ")
+
+
+def _numbered_lines(source: LogStream) -> Iterator[tuple[int, str]]:
+    for number, raw in enumerate(source.open_lines(), 1):
+        starts = [m.start() for m in _HEADER_ANYWHERE.finditer(raw)] if "] NCCL " in raw else []
+        if len(starts) < 2:
+            yield number, raw
+            continue
+        for start, end in zip([0, *starts[1:]], [*starts[1:], len(raw)], strict=True):
+            yield number, raw[start:end].rstrip()
+
+
 def _stream(source: LogStream) -> Iterator[Event]:
     attempt = 0 if source.name.endswith(PREVIOUS) else 1
     once: set[tuple[ProcessKey, str]] = set()
     file_rank = _rank_in_name(source.name)
-    lines = enumerate(source.open_lines(), 1)
+    lines = _numbered_lines(source)
     ahead: list = []  # lines read ahead for a wrapped message and not part of it
     known: dict[str, tuple] = {}  # what a cleaned line says, for lines that repeat
     while True:

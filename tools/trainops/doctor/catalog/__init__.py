@@ -5,7 +5,9 @@ One YAML file per component beside this module:
 - `nccl.yaml`, `aws-ofi-nccl.yaml`: every WARN and user-facing INFO format of NCCL 2.18 on
   and aws-ofi-nccl 1.14 on (`scripts/extract-doctor-messages.py` refreshes formats and
   sources from a clone);
-- `libfabric.yaml`: the EFA provider's warnings that say why GPU memory cannot be used;
+- `nccl-result.yaml`: NCCL's result strings (ncclGetErrorString), which the callers of a
+  failed NCCL call print (torch, nccl-tests, Horovod);
+- `libfabric.yaml`: the EFA provider's errors that say why the fabric cannot be used;
 - `ucx.yaml`: UCX's errors on locked memory, shared memory, transport selection, its
   settings and lost peers;
 - `torch.yaml`: the error and warning strings of torch.distributed and torch.cuda of the
@@ -37,7 +39,17 @@ from trainops.doctor.limits import literal as exactly
 from trainops.rules import DOCTOR, RuleInfo, register
 
 HERE = Path(__file__).parent
-COMPONENTS = ("nccl", "aws-ofi-nccl", "libfabric", "ucx", "torch", "cuda", "xid", "errno")
+COMPONENTS = (
+    "nccl",
+    "aws-ofi-nccl",
+    "nccl-result",
+    "libfabric",
+    "ucx",
+    "torch",
+    "cuda",
+    "xid",
+    "errno",
+)
 SEVERITIES = ("error", "warning", "info", "benign", "evidence")
 # Severities that raise a finding; `benign` (healthy systems print it) and `evidence`
 # (version, transport, values read from the environment) never do.
@@ -230,6 +242,9 @@ _CUDA_CONTEXT = r"(?i:cuda|nccl|cu[a-z]+\(|torch).{0,300}?"
 # NVML's strings ("Driver/library version mismatch") follow what printed them: nvidia-smi's
 # "Failed to initialize NVML: %s", NCCL's and torch's NVML calls.
 _NVML_CONTEXT = r"(?i:nvml|nvidia-smi|cuda|nccl|torch).{0,300}?"
+# NCCL's result strings ("internal error", "unhandled system error") are plain English too:
+# they name NCCL's result after what printed them ("NCCL error in:", "Test NCCL failure").
+_NCCL_CONTEXT = r"(?i:nccl).{0,300}?"
 
 
 def formats_of(entry: Entry) -> list[tuple[str, str]]:
@@ -242,6 +257,8 @@ def formats_of(entry: Entry) -> list[tuple[str, str]]:
             within = "" if text.lower().startswith("cuda") else within
             shown.append((text.replace("%", "%%"), within))
         return shown
+    if entry.component == "nccl-result":
+        return [(entry.key, _NCCL_CONTEXT)]
     return [(entry.key, "")]
 
 
@@ -305,6 +322,9 @@ def xid(code: int) -> Entry | None:
     return index().xids.get(code)
 
 
+_QUOTES = "'\"`‘“("
+
+
 def lookup(text: str) -> Entry | None:
     """The catalogued message `text` (a line without collection prefixes) was printed from:
     of the formats whose anchor the line holds, the one with the most fixed text that
@@ -315,7 +335,13 @@ def lookup(text: str) -> Entry | None:
     candidates: dict[int, _Matcher] = {}
     for position, word in enumerate(words):
         pair = (word, words[position + 1]) if position + 1 < len(words) else None
-        for anchor in (pair, (word,)):
+        # A message quoted by its caller (nccl-tests' 'unhandled system error') glues the
+        # quote to its first word.
+        anchors = [pair, (word,)]
+        bare = word.lstrip(_QUOTES)
+        if bare != word:
+            anchors += [(bare, pair[1]) if pair else None, (bare,)]
+        for anchor in anchors:
             for matcher in table.get(anchor, ()) if anchor else ():
                 candidates[id(matcher)] = matcher
     ranked = sorted(candidates.values(), key=lambda m: -m.fixed)

@@ -57,15 +57,21 @@ def catalogued(ctx: Context) -> Iterator[Found]:
         entry = event.fields["entry"]
         if entry.reported:
             groups.setdefault(entry, []).append(event)
+    # A caller's restatement of NCCL's result ("NCCL error in: ..., unhandled cuda error")
+    # says only that a call failed; beside a line that says more it adds nothing.
+    if any(e.severity == ERROR and not _restates_result(e) for e in groups):
+        groups = {e: events for e, events in groups.items() if not _restates_result(e)}
     rules = rule_catalog()
     for entry, events in groups.items():
         family = rules.get(entry.finding)
         fix = entry.fix or (family.fix if family else "")
-        printed = (
-            f"the line carries the C library's text '{entry.key}'"
-            if entry.component == "errno"
-            else f"{entry.component} prints this at {entry.source}"
-        )
+        if entry.component == "errno":
+            printed = f"the line carries the C library's text '{entry.key}'"
+        elif entry.component == "nccl-result":
+            printed = f"NCCL's result string, returned at {entry.source}"
+        else:
+            printed = f"{entry.component} prints this at {entry.source}"
+
         yield Found(
             f"{entry.meaning.rstrip('.')} ({who(events)}; {printed})",
             events,
@@ -74,6 +80,10 @@ def catalogued(ctx: Context) -> Iterator[Found]:
             rule=entry.finding,
             explains=entry.severity == ERROR,
         )
+
+
+def _restates_result(entry: Entry) -> bool:
+    return entry.finding in GENERIC and entry.component in ("nccl-result", "torch")
 
 
 CONNECTION_FAILED = GENERIC | {"rendezvous-unreachable", "gloo-connect-failed", "store-timeout"}

@@ -183,6 +183,8 @@ def cuda_fatal(ctx: Context) -> Iterator[Found]:
     for e in ctx.of(ev.CUDA_ERROR, ev.CUDA_FAILURE):
         if "ECC" in e.fields["error"].upper() or "insufficient" in e.fields["error"]:
             continue
+        if _shm_peer_access(e):
+            continue  # p2p-unsupported says what it means in the SHM transport
         cause = _catalogued_cause(e, mig)  # once per event: two catalog lookups
         if cause is not None:
             causes.setdefault(cause, []).append(e)
@@ -291,6 +293,15 @@ def duplicate_gpu(ctx: Context) -> Iterator[Found]:
         )
 
 
+def _shm_peer_access(event) -> bool:
+    """CUDA error 217 raised inside NCCL's SHM transport (transport/shm.cc)."""
+    return (
+        event.kind == ev.CUDA_FAILURE
+        and event.fields.get("code") == 217
+        and "shm.cc" in (event.fields.get("location") or "")
+    )
+
+
 @check(
     "p2p-unsupported",
     ERROR,
@@ -327,6 +338,23 @@ def p2p(ctx: Context) -> Iterator[Found]:
             "all-reduce goes through NCCL, which works without peer access.",
         )
     failed = [e for e in failed if e not in custom]
+    # From NCCL 2.24 the SHM transport maps its host buffers with cuMem and grants each GPU
+    # access (transport/shm.cc, NCCL_CUMEM_HOST_ENABLE: default -1, on where supported);
+    # between GPUs without peer access that grant fails with the same CUDA error, although
+    # SHM is the transport NCCL picks for exactly those GPUs.
+    shm = [e for e in failed if _shm_peer_access(e)]
+    if shm:
+        yield Found(
+            f"NCCL's shared-memory (SHM) transport on {who(shm)} failed with CUDA error 217 "
+            "(peer access is not supported): from NCCL 2.24 it allocates its host buffers "
+            "with cuMem (NCCL_CUMEM_HOST_ENABLE), a path that fails between GPUs without "
+            "peer access",
+            shm,
+            fix="Set NCCL_CUMEM_HOST_ENABLE=0 in every rank's environment (SHM then uses "
+            "/dev/shm segments, so give the pod a memory-backed /dev/shm), or use an NCCL "
+            "release that fixes the cuMem host path for these GPUs.",
+        )
+    failed = [e for e in failed if e not in shm]
     if failed:
         yield Found(
             f"CUDA peer-to-peer access is not supported between the GPUs of {who(failed)}: "

@@ -31,13 +31,32 @@ COMPLETION_STATUS = {
     12: (
         "transport retry counter exceeded",
         "packets got no answer: the NICs cannot reach each other over RDMA (RoCE GID index or "
-        "addressing, traffic class or PFC, NICs on different rails, a link or switch port "
-        "down), or, mid-run, the peer's link or node failed",
+        "addressing, traffic class or PFC, NICs on different rails, an MTU that some port on "
+        "the path does not carry, a link or switch port down), or, mid-run, the peer's link "
+        "or node failed",
     ),
     13: (
         "receiver-not-ready retry exceeded",
         "the peer stopped posting receives: it stalled or died",
     ),
+}
+
+
+# Statuses whose own cause has a fix of its own, beside the check's general one.
+COMPLETION_FIX = {
+    # NCCL's troubleshooting guide ("PCI Access Control Services (ACS)"): ACS on the PCIe
+    # bridges redirects the NIC's peer-to-peer reads of GPU memory, which then fail.
+    4: "Rerun with NCCL_NET_GDR_LEVEL=0 (GPUDirect RDMA off): if the error goes away, PCIe "
+    "ACS on the bridges between the NICs and GPUs breaks GPUDirect RDMA (lspci -vvv | grep "
+    "ACSCtl); disable ACS (BIOS, or setpci at boot) and set the IOMMU to passthrough; "
+    "otherwise check nvidia-peermem or DMA-BUF and the locked-memory limit.",
+    # A packet larger than some port on the path carries is dropped without an answer, and
+    # the sender retries until its retry counter runs out.
+    12: "Compare the MTU along the path (ibv_devinfo's active_mtu on both NICs, the switch "
+    "ports, the RoCE interface's MTU) and make it the same end to end; check the RoCE GID "
+    "index (NCCL_IB_GID_INDEX), traffic class and PFC (NCCL_IB_TC), and rails "
+    "(NCCL_CROSS_NIC); verify with ib_write_bw between the nodes; mid-run: cordon the "
+    "peer's node and restart from the last checkpoint.",
 }
 
 
@@ -70,6 +89,7 @@ def completion(ctx: Context) -> Iterator[Found]:
         yield Found(
             f"RDMA completion error {status} ({name}) on {who(chosen)}: {meaning}{peer}",
             chosen,
+            fix=COMPLETION_FIX.get(status),
         )
 
 

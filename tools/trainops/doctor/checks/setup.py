@@ -157,6 +157,26 @@ def socket_fallback(ctx: Context) -> Iterator[Found]:
     e = ctx.expectation
     socket = [r for r in ctx.records if r.transport == "Socket"]
     rdma = [r for r in ctx.records if r.transport in ("IB", "RoCE")]
+    # NCCL_IB_HCA chooses among RDMA devices: a job that sets it means to use them, whatever
+    # the cluster's profile says (a slower job, not a failed one: a warning).
+    hca = [v for v in ctx.of(ev.ENV) if v.fields["name"] == "NCCL_IB_HCA" and v.fields["value"]]
+    if socket and not rdma and e.transport != "ib" and hca:
+        missing = any(r.ib_missing for r in socket)
+        named = any(r.rank is not None or r.host for r in socket)
+        yield Found(
+            f"{_who(socket) if named else 'NCCL'} fell back to TCP sockets"
+            + (" (NET/IB: no device found)" if missing else "")
+            + f" although NCCL_IB_HCA={hca[0].fields['value']} asks for RDMA devices: NCCL "
+            "saw none in the container, and every collective runs at TCP speed",
+            _lines(socket, ev.IB_MISSING, ev.IB_OPEN, ev.NETWORK) + hca[:1],
+            ranks=[r.rank for r in socket if r.rank is not None],
+            severity=WARNING,
+            fix="Make the RDMA devices visible in the pod: request the RDMA device resource "
+            "(the RDMA shared or SR-IOV device plugin's) and the IPC_LOCK capability, check "
+            "that the node's IB/RoCE driver stack is loaded and that ibv_devices lists the "
+            "devices inside the container, and that the image has libibverbs.",
+        )
+        return
     if socket and (rdma or e.transport == "ib"):
         why = " (NET/IB: no device found)" if any(r.ib_missing for r in socket) else ""
         context = f" while {_who(rdma)} use {rdma[0].transport}" if rdma else ""
