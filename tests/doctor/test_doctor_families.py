@@ -306,3 +306,115 @@ def test_a_misspelt_ucx_setting_is_a_warning_naming_the_variable():
     )
     assert found["ucx-config-unused"].severity == "warning"
     assert "UCX_IB_GID_INDX" in " ".join(found["ucx-config-unused"].evidence)
+
+
+def test_nccls_result_string_in_an_old_torch_error_names_the_failed_system_call():
+    """NCCL src/init.cc ncclGetErrorString: 2.4-2.12 print `unhandled system error` without
+    the `(run with NCCL_DEBUG=INFO for details)` tail that torch quotes after file:line."""
+    found = _by_rule(
+        "RuntimeError: NCCL error in: ../torch/lib/c10d/ProcessGroupNCCL.cpp:825, unhandled "
+        "system error, NCCL version 2.7.8"
+    )
+    assert "failure-unrecognised" not in found
+    assert "/dev/shm" in found["nccl-system-error"].fix
+
+
+def test_nccl_tests_quoting_the_remote_error_names_gpudirect_and_acs_as_the_check():
+    """nccl-tests common.cu prints `Test NCCL failure %s:%d '%s'` with ncclGetErrorString."""
+    found = _by_rule(
+        "node-2: Test NCCL failure common.cu:303 'remote process exited or there was a network "
+        "error / '"
+    )
+    assert "NCCL_NET_GDR_LEVEL=0" in found["nccl-remote-error"].fix
+
+
+def test_a_restated_result_is_not_reported_beside_the_line_that_says_why():
+    """The torch line that quotes NCCL's result adds nothing beside the catalogued cause."""
+    found = _by_rule(
+        "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled cuda error (run with "
+        "NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+    )
+    assert "gpu-arch-unsupported" in found and "cuda-fatal" not in found
+
+
+def test_a_bind_failure_of_nccls_own_socket_names_the_port_range():
+    """NCCL src/misc/socket.cc ncclSocketListen: SYSCHECK(bind(...), "bind") on port 0 prints
+    `Call to bind failed: %s` (2.23 on; `failed : %s` before)."""
+    for warn in (
+        "Call to bind failed: Address already in use",
+        "Call to bind failed : Address already in use",
+    ):
+        found = _by_rule(f"gpu-9:70:71 [3] misc/socket.cc:137 NCCL WARN {warn}")
+        assert "ip_local_port_range" in found["nccl-bind-failed"].fix, warn
+        assert "failure-unrecognised" not in found
+
+
+def test_nccl_2_25_lowering_the_kernels_shared_memory_is_a_launch_failure():
+    """NCCL 2.25.1 src/enqueue.cc: the INFO is printed, the attribute lowered, and the launch
+    still asks for ncclShmemDynamicSize."""
+    found = _by_rule(
+        "pc:12:12 [0] NCCL INFO ncclMaxSharedMem 82240 exceeds device/fn maxSharedMem 79856"
+    )
+    assert "2.26" in found["gpu-arch-unsupported"].fix
+
+
+def test_the_efa_providers_out_of_memory_abort_names_the_locked_memory_limit():
+    """libfabric prov/efa/src/efa_base_ep.c: the abort block's `Libfabric error: (%zd) %s`."""
+    found = _by_rule(
+        "Libfabric EFA provider has encountered an internal error:",
+        "Libfabric error: (-12) Cannot allocate memory",
+        "EFA internal error: (4112) Failure to post internal receive buffers",
+    )
+    assert "ulimit -l unlimited" in found["efa-resource-exhausted"].fix
+
+
+def test_ucx_failing_to_create_an_address_handle_names_ucx_net_devices():
+    """UCX src/uct/ib/base/ib_device.c: `ibv_create_ah(%s) for %s on %s failed: %m` (1.12
+    on; `ibv_create_ah(%s) on %s failed: %m` in 1.10-1.11)."""
+    for line in (
+        "[1700000000.1] [n1:5:0]  ib_device.c:1451 UCX  ERROR ibv_create_ah(dlid=0 sl=0 "
+        "port=1 src_path_bits=0 dgid=::ffff:10.1.2.3 sgid_index=3) for UD connect on mlx5_1 "
+        "failed: Invalid argument",
+        "[1700000000.1] [n1:5:0]  ib_device.c:1319 UCX  ERROR ibv_create_ah(dlid=0 sl=0 "
+        "port=1 dgid=::ffff:10.1.2.3 sgid_index=1) on mlx5_1 failed: Invalid argument",
+    ):
+        found = _by_rule(line)
+        assert "UCX_NET_DEVICES" in found["ucx-address-unreachable"].fix, line
+
+
+def test_rdma_error_4_and_12_carry_the_fix_of_their_own_cause():
+    """rdma-core verbs.h IBV_WC_LOC_PROT_ERR (4), IBV_WC_RETRY_EXC_ERR (12)."""
+    warn = (
+        "gpu-1:40:41 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+        "10.0.0.2<5> with status={status} opcode=0 len=0 vendor err 81 (Send) localGid ::1 "
+        "remoteGids fe80::1 hca mlx5_0"
+    )
+    protection = _by_rule(warn.format(status=4))
+    retry = _by_rule(warn.format(status=12))
+    assert "ACS" in protection["ib-completion-error"].fix
+    assert "MTU" in retry["ib-completion-error"].fix
+    assert protection["ib-completion-error"].fix != retry["ib-completion-error"].fix
+
+
+def test_peer_access_refused_in_the_shm_transport_names_cumem_host_memory():
+    """NCCL >= 2.24 transport/shm.cc maps cuMem host buffers (NCCL_CUMEM_HOST_ENABLE)."""
+    found = _findings(
+        "l4-0:774:774 [1] transport/shm.cc:590 NCCL WARN Cuda failure 217 'peer access is not "
+        "supported between these two devices'"
+    )
+    p2p = [f for f in found if f.rule == "p2p-unsupported"]
+    assert len(p2p) == 1 and "NCCL_CUMEM_HOST_ENABLE=0" in p2p[0].fix
+    assert all("NCCL_P2P_DISABLE" not in f.fix for f in found)
+
+
+def test_nccl_lines_run_together_are_read_one_by_one():
+    """A paste that lost its newlines: the next header is not part of the value before it."""
+    found = _by_rule(
+        "[0] NCCL INFO NCCL_IB_DISABLE set by environment to 0. [0] NCCL INFO NCCL_IB_HCA set to "
+        "mlx5_0:1,mlx5_1:1 [0] NCCL INFO NET/IB : No device found. [0] NCCL INFO NET/Socket : "
+        "Using [0]eth0:10.0.0.9<0> [0] NCCL INFO Using network Socket"
+    )
+    assert "nccl-env-invalid" not in found
+    fallback = found["socket-fallback"]
+    assert fallback.severity == "warning" and "NCCL_IB_HCA=mlx5_0:1,mlx5_1:1" in fallback.message

@@ -124,3 +124,28 @@ def test_a_format_the_windows_port_also_prints_cites_the_file_every_platform_bui
     git(repo, "tag", "v2.20.3-1")
     rows = {r["format"]: r for r in extract.extract(repo, "nccl")}
     assert "/src/os/linux.cc#L2" in rows["Accept failed: %s"]["source"]
+
+
+def test_a_refresh_keeps_the_entries_written_for_a_macros_message(tmp_path):
+    """SYSCHECK's `"Call to " name " failed: %s"` has no format string to extract: the entry
+    written by hand (`expanded: true`) survives a refresh; one without the mark does not."""
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    expanded = {
+        "key": "Call to bind failed: %s",
+        "level": "WARN",
+        "expanded": True,
+        "source": "https://github.com/NVIDIA/nccl/blob/v2.19.3-1/src/misc/socket.cc#L9",
+        "finding": "nccl-bind-failed",
+        "severity": "error",
+        "meaning": "bind failed.",
+    }
+    stale = {**expanded, "key": "Call to listen failed: %s", "expanded": False}
+    (catalog / "nccl.yaml").write_text(yaml.safe_dump([expanded, stale]))
+    script = REPO / "scripts" / "extract-doctor-messages.py"
+    args = [sys.executable, str(script), str(make_repo(tmp_path)), "--component", "nccl"]
+    subprocess.run([*args, "--catalog", str(catalog)], check=True, capture_output=True)
+    keys = {e["key"]: e for e in yaml.safe_load((catalog / "nccl.yaml").read_text())}
+    assert keys["Call to bind failed: %s"]["finding"] == "nccl-bind-failed"
+    assert "Call to listen failed: %s" not in keys
+    assert "NET/IB : Got async event : %s" in keys

@@ -280,3 +280,28 @@ def test_cuda_errors_the_catalog_attributes_name_their_cause_not_a_generic_cuda_
     assert by_rule["launch-config-invalid"].ranks == [9]
     assert "exclusive" in by_rule["duplicate-gpu"].message
     assert by_rule["cuda-fatal"].ranks == [1]
+
+
+RESULT_ENTRIES = [e for e in catalog.entries() if e.component == "nccl-result"]
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, {} (run with NCCL_DEBUG=INFO "
+        "for details), NCCL version 2.21.5",
+        "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:825, {}, NCCL version 2.7.8",
+        "node-1: Test NCCL failure common.cu:303 '{}'",
+        "RuntimeError: NCCL Error 2: {}",
+    ],
+    ids=["torch", "torch-old-nccl", "nccl-tests", "horovod"],
+)
+def test_every_nccl_result_string_is_recognised_as_its_callers_print_it(form):
+    assert len(RESULT_ENTRIES) >= 4
+    for entry in RESULT_ENTRIES:
+        found = catalog.lookup(form.format(entry.key))
+        assert found is not None and found.finding == entry.finding, (entry.key, found)
+
+
+def test_a_result_string_is_read_only_after_nccl():
+    assert catalog.lookup("ValueError: internal error while parsing the config") is None

@@ -322,7 +322,7 @@ def xid(code: int) -> Entry | None:
     return index().xids.get(code)
 
 
-_QUOTES = "'\"`‘“("
+_PUNCTUATION = "'\"`‘’“”(),;"
 
 
 def lookup(text: str) -> Entry | None:
@@ -335,12 +335,13 @@ def lookup(text: str) -> Entry | None:
     candidates: dict[int, _Matcher] = {}
     for position, word in enumerate(words):
         pair = (word, words[position + 1]) if position + 1 < len(words) else None
-        # A message quoted by its caller (nccl-tests' 'unhandled system error') glues the
-        # quote to its first word.
+        # A message its caller quotes or lists ('internal error', "..., internal error, NCCL
+        # version") glues the quote or the comma to its words.
         anchors = [pair, (word,)]
-        bare = word.lstrip(_QUOTES)
-        if bare != word:
-            anchors += [(bare, pair[1]) if pair else None, (bare,)]
+        bare = word.strip(_PUNCTUATION)
+        after = pair[1].strip(_PUNCTUATION) if pair else ""
+        if bare != word or (pair and after != pair[1]):
+            anchors += [(bare, after) if pair else None, (bare,)]
         for anchor in anchors:
             for matcher in table.get(anchor, ()) if anchor else ():
                 candidates[id(matcher)] = matcher
