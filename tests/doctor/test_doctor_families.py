@@ -418,3 +418,23 @@ def test_nccl_lines_run_together_are_read_one_by_one():
     assert "nccl-env-invalid" not in found
     fallback = found["socket-fallback"]
     assert fallback.severity == "warning" and "NCCL_IB_HCA=mlx5_0:1,mlx5_1:1" in fallback.message
+
+
+def test_a_ud_endpoint_timeout_of_ucx_names_the_gid_index():
+    """UCX src/uct/ib/ud/base/ud_ep.c: ucs_fatal `UD endpoint %p to %s: unhandled timeout
+    error` when nothing handles UCS_ERR_ENDPOINT_TIMEOUT."""
+    found = _by_rule(
+        "[n3:900:0:900]       ud_ep.c:296  Fatal: UD endpoint 0x1f00 to <no debug data>: "
+        "unhandled timeout error"
+    )
+    assert "UCX_IB_GID_INDEX" in found["ucx-address-unreachable"].fix
+
+
+def test_an_efa_registration_refused_with_einval_names_the_sync_memops_setting():
+    """aws-ofi-nccl `Unable to register memory (type = %d) ...`; libfabric 1.18-1.19
+    src/hmem_cuda.c returns -FI_EINVAL when cuPointerSetAttribute(SYNC_MEMOPS) fails."""
+    found = _by_rule(
+        "ip-10-1-2-3:77:90 [0] register_mr_buffers:544 NCCL WARN NET/OFI Unable to register "
+        "memory (type = 2) for device 0. RC: -22, Error: Invalid argument"
+    )
+    assert "FI_EFA_SET_CUDA_SYNC_MEMOPS=0" in found["ib-memory-registration"].fix
