@@ -8,9 +8,11 @@ that prints it, the file and line there, and the first release, into the doctor'
 (tools/trainops/doctor/catalog/<component>.yaml). What people wrote there (finding,
 severity, meaning, fix) is kept for every format the sources still print; a new format
 gets severity `unclassified`, which tests/doctor/test_message_catalog.py refuses until
-someone reads its code and classifies it. A record marked `expanded: true` was written by
-hand for what no format string shows whole (a macro's message, such as SYSCHECK's "Call to
-bind failed: %s", or a later line of a multi-line warning) and is kept as it is.
+someone reads its code and classifies it. The checking macros of NCCL's include/checks.h
+that warn with the call's name (SYSCHECK's `"Call to " name " failed: %s"`) are expanded at
+each use, so "Call to bind failed: %s" is a format of socket.cc. A record marked
+`expanded: true` was written by hand for what no call shows whole (a later line of a
+multi-line warning, a wrapper of another library's macro) and is kept as it is.
 
     python scripts/extract-doctor-messages.py ~/src/nccl --component nccl
 """
@@ -162,11 +164,50 @@ def _calls(source: str, call: re.Pattern, warn: str):
         yield level, flags, fmt, source.count("\n", 0, found.start()) + 1
 
 
+_DEFINE = re.compile(r"#define\s+(\w+)\(([^)]*)\)((?:[^\n]*\\\n)*[^\n]*)")
+_NAMED_WARN = re.compile(r'WARN\(\s*"((?:[^"\\]|\\.)*)"\s*name\s*"((?:[^"\\]|\\.)*)"')
+
+
+def checking_macros(header: str) -> dict[str, tuple[int, str, str]]:
+    """Macro -> (position of its `name` parameter, text before and after the name) for each
+    macro of checks.h whose warning prints the name it is given."""
+    found = {}
+    for define in _DEFINE.finditer(header):
+        params = [p.strip() for p in define.group(2).split(",")]
+        warn = _NAMED_WARN.search(define.group(3))
+        if warn and "name" in params:
+            found[define.group(1)] = (params.index("name"), warn.group(1), warn.group(2))
+    return found
+
+
+def _macro_calls(source: str, macros: dict[str, tuple[int, str, str]]):
+    """(WARN, None, format, line) of each use of a checking macro with a literal name."""
+    if not macros:
+        return
+    call = re.compile(rf"\b({'|'.join(sorted(macros))})\s*\(")
+    for found in call.finditer(source):
+        if source[max(0, found.start() - 8) : found.start()].endswith("define "):
+            continue
+        position, before, after = macros[found.group(1)]
+        args = _arguments(source, found.end() - 1)
+        name = format_string(args[position]) if args and len(args) > position else None
+        if name is not None:
+            yield "WARN", None, before + name + after, source.count("\n", 0, found.start()) + 1
+
+
 def extract(repo: Path, component: str) -> list[dict]:
     url, first, roots, warn, info, prefix = COMPONENTS[component]
     call = re.compile(rf"\b({warn}|{info})\s*\(")
     records: dict[tuple[str, str], dict] = {}
     for tag in _tags(repo, first):
+        header = subprocess.run(
+            ["git", "-C", str(repo), "show", f"{tag}:src/include/checks.h"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+        ).stdout
+        macros = checking_macros(header) if component == "nccl" else {}
+        names = "|".join([warn, info, *sorted(macros)])
         listing = subprocess.run(
             [
                 "git",
@@ -175,7 +216,7 @@ def extract(repo: Path, component: str) -> list[dict]:
                 "grep",
                 "-l",
                 "-E",
-                rf"\b({warn}|{info})\s*\(",
+                rf"\b({names})\s*\(",
                 tag,
                 "--",
                 *roots,
@@ -193,7 +234,8 @@ def extract(repo: Path, component: str) -> list[dict]:
                 text=True,
                 errors="replace",
             ).stdout
-            for level, flags, fmt, line in _calls(source, call, warn):
+            found = [*_calls(source, call, warn), *_macro_calls(source, macros)]
+            for level, flags, fmt, line in found:
                 if level == "INFO" and not USER_FACING_INFO.search(fmt):
                     continue
                 fmt = prefix + fmt
@@ -202,11 +244,12 @@ def extract(repo: Path, component: str) -> list[dict]:
                     {"level": level, "format": fmt, "first": tag},
                 )
                 # The newest release's line; of files printing the same format in one release,
-                # the one every platform builds rather than the Windows port.
-                windows = "windows" in path.lower()
-                if record.get("last") != tag or not windows or record.get("windows", True):
+                # one on the job's own path rather than the Windows port or the RAS service
+                # (src/ras/), which runs beside the job and whose failures NCCL goes on without.
+                aside = "windows" in path.lower() or path.startswith("src/ras/")
+                if record.get("last") != tag or not aside or record.get("aside", True):
                     record["source"] = f"{url}/blob/{tag}/{path}#L{line}"
-                    record["windows"] = windows
+                    record["aside"] = aside
                 record["last"] = tag
                 if flags:
                     record["subsystem"] = flags.replace("NCCL_", "").replace(" ", "")
@@ -224,7 +267,7 @@ def merge(rows: list[dict], current: list[dict]) -> list[dict]:
     merged = []
     for row in rows:
         entry = {"key": row["format"], "level": row["level"], "source": row["source"]}
-        row.pop("windows", None)
+        row.pop("aside", None)
         entry |= {"first": row["first"], "last": row["last"]}
         before = written.get((row["level"], row["format"]))
         if before is None:

@@ -438,3 +438,24 @@ def test_an_efa_registration_refused_with_einval_names_the_sync_memops_setting()
         "memory (type = 2) for device 0. RC: -22, Error: Invalid argument"
     )
     assert "FI_EFA_SET_CUDA_SYNC_MEMOPS=0" in found["ib-memory-registration"].fix
+
+
+def test_a_warning_of_nccls_ras_service_is_information_not_the_jobs_failure():
+    """NCCL src/bootstrap.cc: "Continuing in spite of a RAS initialization error"; RAS's own
+    client socket (src/ras/client_support.cc) fails aside from the job."""
+    found = _by_rule(
+        "gpu-4:81:99 [0] ras/client_support.cc:179 NCCL WARN Call to bind failed: Address "
+        "already in use",
+        "gpu-4:81:81 [0] NCCL INFO comm 0x5 rank 0 nranks 8 cudaDev 0 busId 1000 commId 0x9 - "
+        "Init COMPLETE",
+    )
+    assert "nccl-bind-failed" not in found
+    assert found["nccl-ras"].severity == "info"
+
+
+def test_nccl_failing_to_open_its_shared_memory_segment_names_dev_shm():
+    """NCCL src/os/linux.cc: SYSCHECKGOTO(fd = open(shmPath, ...), "open", ...)."""
+    found = _by_rule(
+        "gpu-4:81:99 [0] os/linux.cc:785 NCCL WARN Call to open failed: No space left on device"
+    )
+    assert "/dev/shm" in found["nccl-system-error"].fix

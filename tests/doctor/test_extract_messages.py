@@ -149,3 +149,54 @@ def test_a_refresh_keeps_the_entries_written_for_a_macros_message(tmp_path):
     assert keys["Call to bind failed: %s"]["finding"] == "nccl-bind-failed"
     assert "Call to listen failed: %s" not in keys
     assert "NET/IB : Got async event : %s" in keys
+
+
+CHECKS_H = """#define SYSCHECK(statement, name) do { \\\\
+  int retval; \\\\
+  if (retval == -1) { \\\\
+    WARN("Call to " name " failed: %s", strerror(errno)); \\\\
+    return ncclSystemError; \\\\
+  } \\\\
+} while (false)
+#define CUDACHECK(cmd) do { WARN("Cuda failure '%s'", e); } while (0)
+"""
+SOCKET_CC = """#include "checks.h"
+ncclResult_t listenOn(int fd) {
+  SYSCHECK(bind(fd, &addr.sa,
+                salen), "bind");
+  SYSCHECK(listen(fd, 16384), name);
+  return ncclSuccess;
+}
+"""
+
+
+def test_a_checking_macro_that_prints_its_calls_name_is_expanded_at_each_use(tmp_path):
+    """NCCL include/checks.h: SYSCHECK(statement, name) warns `"Call to " name " failed: %s"`;
+    a use whose name is a literal is a format of the file that uses it."""
+    repo = make_repo(tmp_path)
+    (repo / "src" / "include").mkdir()
+    (repo / "src" / "include" / "checks.h").write_text(CHECKS_H.replace("\\\\", "\\"))
+    (repo / "src" / "misc").mkdir()
+    (repo / "src" / "misc" / "socket.cc").write_text(SOCKET_CC)
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "checks")
+    git(repo, "tag", "v2.23.4-1")
+    rows = {(r["level"], r["format"]): r for r in extract.extract(repo, "nccl")}
+    bind = rows[("WARN", "Call to bind failed: %s")]
+    assert bind["source"].endswith("/blob/v2.23.4-1/src/misc/socket.cc#L3")
+    assert not any("listen" in fmt or " name " in fmt for _, fmt in rows)
+
+
+def test_the_ras_service_is_cited_only_for_what_only_it_prints(tmp_path):
+    repo = make_repo(tmp_path)
+    (repo / "src" / "ras").mkdir()
+    (repo / "src" / "misc").mkdir()
+    for path in ("src/ras/client.cc", "src/misc/socket.cc"):
+        (repo / path).write_text('void f() {\n  WARN("Accept failed: %s", e);\n}\n')
+    (repo / "src" / "ras" / "only.cc").write_text('void g() {\n  WARN("RAS only: %s", e);\n}\n')
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "ras")
+    git(repo, "tag", "v2.24.3-1")
+    rows = {r["format"]: r for r in extract.extract(repo, "nccl")}
+    assert "/src/misc/socket.cc#L2" in rows["Accept failed: %s"]["source"]
+    assert "/src/ras/only.cc#L2" in rows["RAS only: %s"]["source"]

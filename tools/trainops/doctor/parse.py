@@ -176,7 +176,8 @@ def _facts(text: str, header) -> list[tuple[str, dict]]:
     if not understood and (header is not None or _CATALOG_CUES.search(message)):
         entry = catalog.lookup(message)
         if entry is not None:
-            facts.append((ev.CATALOGUED, {"entry": entry}))
+            where = header.location if header else None
+            facts.append((ev.CATALOGUED, {"entry": entry, "location": where}))
     facts = facts or _unknown(message)
     if not facts and header is not None:
         facts = [(ev.MENTION, {})]  # NCCL's own line, even one no parser reads

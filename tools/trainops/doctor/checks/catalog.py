@@ -53,10 +53,23 @@ GENERIC = frozenset(
 )
 def catalogued(ctx: Context) -> Iterator[Found]:
     groups: dict[Entry, list[Event]] = {}
+    aside: list[Event] = []
     for event in ctx.of(ev.CATALOGUED, ev.ERRNO):
         entry = event.fields["entry"]
-        if entry.reported:
+        if entry.reported and _in_ras(event):
+            aside.append(event)
+        elif entry.reported:
             groups.setdefault(entry, []).append(event)
+    if aside:
+        yield Found(
+            f"NCCL's RAS service warned on {who(aside)} "
+            f"({aside[0].fields['entry'].key.split(':')[0]}); RAS runs beside the job "
+            "(src/ras/) and NCCL goes on without it",
+            aside,
+            severity=INFO,
+            rule="nccl-ras",
+            explains=False,
+        )
     # A caller's restatement of NCCL's result ("NCCL error in: ..., unhandled cuda error")
     # says only that a call failed; beside a line that says more it adds nothing.
     if any(e.severity == ERROR and not _restates_result(e) for e in groups):
@@ -80,6 +93,11 @@ def catalogued(ctx: Context) -> Iterator[Found]:
             rule=entry.finding,
             explains=entry.severity == ERROR,
         )
+
+
+def _in_ras(event: Event) -> bool:
+    """A line NCCL's RAS service printed (its file:line is under src/ras/)."""
+    return (event.fields.get("location") or "").startswith("ras/")
 
 
 def _restates_result(entry: Entry) -> bool:
