@@ -459,3 +459,14 @@ def test_nccl_failing_to_open_its_shared_memory_segment_names_dev_shm():
         "gpu-4:81:99 [0] os/linux.cc:785 NCCL WARN Call to open failed: No space left on device"
     )
     assert "/dev/shm" in found["nccl-system-error"].fix
+
+
+def test_deepspeeds_launcher_return_code_of_a_signalled_rank_is_read_as_the_signal():
+    """DeepSpeed deepspeed/launcher/launch.py sigkill_handler: `{cmd} exits with return code =
+    {returncode}`, Popen's code, negative for the signal that ended the rank (7: SIGBUS)."""
+    line = (
+        "[2024-03-02 10:00:01,001] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', "
+        "'-u', 'train.py', '--local_rank=3'] exits with return code = {}"
+    )
+    assert "shm-exhausted" in _by_rule(line.format(-7))
+    assert "shm-exhausted" not in _by_rule(line.format(1))

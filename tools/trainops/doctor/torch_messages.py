@@ -57,6 +57,9 @@ _DIFFER = Pattern(r".*?differ in the following aspects: *(.+)")
 # (`failed (exitcode: -9) local_rank: 1 (pid: ...) of binary: ...`, .../multiprocessing/api.py):
 # a negative exit code is the signal that ended the worker.
 _EXITCODE = Pattern(r"(?:\s*|.*?failed \()exitcode\s*: (-?\d+)")
+# DeepSpeed's launcher (deepspeed/launcher/launch.py, sigkill_handler) on the first rank that
+# ended badly: `[cmd] exits with return code = -7`, Popen's returncode (negative: the signal).
+_RETURN_CODE = Pattern(r".*?\bexits with return code = (-?\d+)")
 _SIGNAL = Pattern(r".*?Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
 _EXCEPTION = Pattern(r"(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception))(?:: ?(.*))?$")
 
@@ -197,6 +200,8 @@ def _errors(text: str) -> list[tuple[str, dict]]:
     elif "CUDA_ERROR_" in text and (m := _CUDA_DRIVER_API.match(text)):
         found.append((ev.CUDA_ERROR, {"error": m.group(1)}))
     if "exitcode" in text and (m := _EXITCODE.match(text)) and m.group(1) != "0":
+        found.append((ev.CHILD_FAILED, {"exitcode": int(m.group(1)), "signal": None}))
+    if "return code" in text and (m := _RETURN_CODE.match(text)) and m.group(1) != "0":
         found.append((ev.CHILD_FAILED, {"exitcode": int(m.group(1)), "signal": None}))
     if "received by PID" in text and (m := _SIGNAL.match(text)):
         found.append((ev.CHILD_FAILED, {"exitcode": None, "signal": m.group(2)}))
