@@ -195,18 +195,24 @@ def _macro_calls(source: str, macros: dict[str, tuple[int, str, str]]):
             yield "WARN", None, before + name + after, source.count("\n", 0, found.start()) + 1
 
 
+def _show(repo: Path, tag: str, path: str) -> str:
+    """A file as the release has it ("" where the release has no such file)."""
+    return subprocess.run(
+        ["git", "-C", str(repo), "show", f"{tag}:{path}"],
+        capture_output=True,
+        text=True,
+        errors="replace",
+    ).stdout
+
+
 def extract(repo: Path, component: str) -> list[dict]:
     url, first, roots, warn, info, prefix = COMPONENTS[component]
     call = re.compile(rf"\b({warn}|{info})\s*\(")
     records: dict[tuple[str, str], dict] = {}
     for tag in _tags(repo, first):
-        header = subprocess.run(
-            ["git", "-C", str(repo), "show", f"{tag}:src/include/checks.h"],
-            capture_output=True,
-            text=True,
-            errors="replace",
-        ).stdout
-        macros = checking_macros(header) if component == "nccl" else {}
+        macros = (
+            checking_macros(_show(repo, tag, "src/include/checks.h")) if component == "nccl" else {}
+        )
         names = "|".join([warn, info, *sorted(macros)])
         listing = subprocess.run(
             [
@@ -228,12 +234,7 @@ def extract(repo: Path, component: str) -> list[dict]:
             path = entry.split(":", 1)[1]
             if not path.endswith((".c", ".cc", ".cu", ".h", ".cpp", ".hpp")):
                 continue
-            source = subprocess.run(
-                ["git", "-C", str(repo), "show", f"{tag}:{path}"],
-                capture_output=True,
-                text=True,
-                errors="replace",
-            ).stdout
+            source = _show(repo, tag, path)
             found = [*_calls(source, call, warn), *_macro_calls(source, macros)]
             for level, flags, fmt, line in found:
                 if level == "INFO" and not USER_FACING_INFO.search(fmt):
@@ -275,9 +276,7 @@ def merge(rows: list[dict], current: list[dict]) -> list[dict]:
         else:
             entry |= {k: before[k] for k in KEPT if k in before}
         merged.append(entry)
-    merged += [
-        e for e in current if e.get("expanded") and (e["level"], e["key"]) not in extracted
-    ]
+    merged += [e for e in current if e.get("expanded") and (e["level"], e["key"]) not in extracted]
     return sorted(merged, key=lambda e: (e["source"].split("#")[0], e["key"]))
 
 
