@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
 
-from trainops.admission import quantity
+from trainops import quantity
 from trainops.model import ERROR, INFO, WARNING, Document
 from trainops.policy import Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import (

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from trainops.admission import quantity
+from trainops import quantity
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy import EVERY_KIND, Context, Violation, pod_rule, resource_rule
 from trainops.policy.pods import POD_KINDS, PodTemplate, dicts, mapping, resources

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from trainops.admission import quantity
+from trainops import quantity
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy import Context, Violation, pod_rule, resource_rule, sets_any
 from trainops.policy.pods import POD_KINDS, PodTemplate, dicts, mapping

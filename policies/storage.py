@@ -201,7 +201,7 @@ def _claim_specs(doc: Document) -> Iterator[tuple[dict[str, Any], tuple[Any, ...
     source=CORE_VALIDATION,
 )
 def pvc_spec_invalid(doc: Document, ctx: Context) -> Iterator[Violation]:
-    from trainops.admission import quantity
+    from trainops import quantity
 
     for spec, at in _claim_specs(doc):
         modes = spec.get("accessModes")

@@ -24,7 +24,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from trainops.admission import names, quantity
+from trainops import quantity
+from trainops.admission import names
 from trainops.model import ERROR, Document
 from trainops.policy import Context, PodTemplate, Violation, pod_rule, resource_rule, sets_any
 from trainops.policy.pods import dicts, is_int, mapping

@@ -211,6 +211,22 @@ def test_preflight_checks_what_the_overlay_assumes_of_nodes_and_fabric(trainops,
     )
 
 
+def test_preflight_fails_nodes_too_small_for_a_training_pod(trainops, tmp_path, healthy):
+    """prod-roce's pods request 96 CPUs and 1536Gi: a node offering less cannot run one
+    (kube-scheduler's NodeResourcesFit), whatever its GPUs."""
+    broken = copy.deepcopy(healthy)
+    nodes = [node(f"gpu-{i}") for i in range(3)]
+    sizes = [("223", "2000Gi"), ("95500m", "2000Gi"), ("223", "1100Gi")]
+    for item, (cpu, memory) in zip(nodes, sizes, strict=True):
+        item["status"]["allocatable"].update({"cpu": cpu, "memory": memory})
+    broken[NODES] = {"items": nodes}
+    checks = statuses(preflight(trainops, tmp_path, broken, "--format", "json"))
+    status, detail = checks["nodes"]
+    assert status == "warn" and detail.startswith("1 of 3 nodes"), detail
+    assert "96 cpu, 1536Gi memory" in detail
+    assert "gpu-1 (cpu 95.5/96)" in detail and "gpu-2 (memory 1100Gi/1536Gi)" in detail
+
+
 def test_preflight_names_the_missing_probe_and_attachment_as_warnings(trainops, tmp_path, healthy):
     quiet = copy.deepcopy(healthy)
     del quiet[PROBE]

@@ -2135,6 +2135,11 @@ def _topology_request(label: str, rack_nodes: int) -> Callable[[Docs], None]:
 FIXTURES.update(
     {
         "run-team-namespace": (edit(_tenant()), edit(_tenant(TEAM_JOB))),
+        # The baseline's pods request 96 CPUs and 1Ti each.
+        "pod-fits-node": (
+            edit(_tenant(TEAM_JOB, nodeCpu="64", nodeMemory="2000Gi")),
+            edit(_tenant(TEAM_JOB, nodeCpu="190", nodeMemory="1100Gi")),
+        ),
         "run-team-queue": (
             edit(_tenant({**TEAM_JOB, "kueue.x-k8s.io/queue-name": "nlp"})),
             edit(_tenant(TEAM_JOB)),

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from trainops.admission import names, quantity
+from trainops import quantity
+from trainops.admission import names
 from trainops.admission.field import WEBHOOK, Path, Problem, duplicate, invalid
 from trainops.admission.pods import tolerations
 from trainops.admission.workloads import label_selector

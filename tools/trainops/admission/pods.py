@@ -20,7 +20,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from trainops.admission import names, quantity
+from trainops import quantity
+from trainops.admission import names
 from trainops.admission.field import (
     Path,
     duplicate,

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
+from trainops import quantity
 from trainops.admission.vap import guess_resource
 from trainops.kube import Cluster, NotFound, items
 from trainops.model import Document
-from trainops.profile.model import ClusterProfile
+from trainops.profile.model import ClusterProfile, quantity_bytes
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 
@@ -263,6 +265,12 @@ def _quantity(value: Any) -> int:
         return 0
 
 
+def _size(name: str, amount: Fraction) -> str:
+    if name == "memory":
+        return f"{float(amount) / 2**30:.0f}Gi"
+    return f"{float(amount):g}"
+
+
 def gpu_nodes(cluster: Cluster, profile: ClusterProfile) -> list[dict[str, Any]]:
     """The nodes training pods may land on: those with the profile's GPU product label."""
     query = (
@@ -276,6 +284,11 @@ def check_nodes(cluster: Cluster, profile: ClusterProfile) -> list[Check]:
     wanted = [(GPU, profile.gpusPerNode)]
     if profile.rdma:
         wanted.append((profile.rdmaResource, profile.rdmaPerPod))
+    # A training pod's CPU and memory requests must fit too (kube-scheduler NodeResourcesFit).
+    sized = [
+        ("cpu", Fraction(profile.cpuPerPod)),
+        ("memory", Fraction(quantity_bytes(profile.memoryPerPod))),
+    ]
     usable, short = 0, []
     for node in nodes:
         allocatable = (node.get("status") or {}).get("allocatable") or {}
@@ -284,13 +297,20 @@ def check_nodes(cluster: Cluster, profile: ClusterProfile) -> list[Check]:
             for name, count in wanted
             if _quantity(allocatable.get(name)) < count
         ]
+        for name, request in sized:
+            offered = quantity.parse(allocatable.get(name))
+            if offered is not None and offered < request:
+                missing.append(f"{name} {_size(name, offered)}/{_size(name, request)}")
         if (node.get("spec") or {}).get("unschedulable"):
             missing.append("cordoned")
         if missing:
             short.append(f"{node['metadata']['name']} ({', '.join(missing)})")
         else:
             usable += 1
-    need = ", ".join(f"{count} {name}" for name, count in wanted)
+    need = ", ".join(
+        [f"{count} {name}" for name, count in wanted]
+        + [f"{_size(name, request)} {name}" for name, request in sized]
+    )
     selector = f" labelled {GPU_PRODUCT_LABEL}={profile.gpuProduct}" if profile.gpuProduct else ""
     detail = f"{usable} of {len(nodes)} nodes{selector} offer {need}"
     detail += f"; the profile expects {profile.nodes}"
@@ -302,8 +322,9 @@ def check_nodes(cluster: Cluster, profile: ClusterProfile) -> list[Check]:
                 "nodes",
                 FAIL,
                 detail,
-                "No node can run a training pod: check gpuProduct, gpusPerNode and "
-                "rdmaResource in cluster.yaml against the nodes and their device plugins.",
+                "No node can run a training pod: check gpuProduct, gpusPerNode, "
+                "rdmaResource, cpuPerPod and memoryPerPod (nodeAllocatable) in cluster.yaml "
+                "against the nodes and their device plugins.",
             )
         ]
     if usable < profile.nodes:

@@ -16,6 +16,7 @@ from typing import Any
 
 from trainops.errors import InputError
 from trainops.profile import observability_settings
+from trainops.profile.nodes import NodeSize, parse_allocatable, pod_defaults, stand_in
 from trainops.profile.teams import Team, TeamsContext, parse_priorities, parse_teams
 from trainops.profile.topology import Level, parse_levels
 from trainops.yamlio import load_yaml_mapping, locate
@@ -73,6 +74,7 @@ class ClusterProfile:
     checkpointSize: str = "1Ti"
     scheduler: str = "default"
     queue: str = "training"
+    nodeAllocatable: dict[str, Any] = field(default_factory=dict)
     cpuPerPod: int = 0
     memoryPerPod: str = ""
     shmSize: str = ""
@@ -137,6 +139,16 @@ class ClusterProfile:
         return next((t for t in self.teams if t.name == name), None)
 
     @property
+    def node(self) -> NodeSize:
+        """What one GPU node offers pods: nodeAllocatable, else a stand-in for gpuProduct."""
+
+        def fail(key: str, message: str) -> ValueError:
+            return ValueError(f"{key}: {message}")  # parse_profile checked it already
+
+        declared = parse_allocatable(self.nodeAllocatable, fail)
+        return declared or stand_in(self.gpuProduct, self.gpusPerNode)
+
+    @property
     def image_name(self) -> str:
         return _split_image(self.image)[0]
 
@@ -199,8 +211,12 @@ FIELD_DOCS = {
     "registries": "image prefixes runs may pull from: ghcr.io/acme/ (anything below it), or "
     "ghcr.io/acme and registry.example.com, which end where their names do (default: the "
     "trainer image's repository owner)",
-    "cpuPerPod": "CPU cores each training pod requests (default: 12 per GPU)",
-    "memoryPerPod": "memory each training pod requests (default: 96Gi per GPU)",
+    "nodeAllocatable": "CPU and memory one GPU node offers pods, as `kubectl get node NODE "
+    "-o jsonpath='{.status.allocatable}'` shows them: {cpu: 190, memory: 1900Gi}; training "
+    "pods must fit it (default: the smallest common node type of the GPU product, "
+    "docs/overlays.md#node-sizes)",
+    "cpuPerPod": "CPU cores each training pod requests (default: 90% of nodeAllocatable's)",
+    "memoryPerPod": "memory each training pod requests (default: 90% of nodeAllocatable's)",
     "shmSize": "size of /dev/shm (memory-backed) in each pod (default: 8Gi per GPU)",
     "failureRates": "failures per 1000 GPU-hours by class, for `trainops plan` (default: the "
     "Llama 3 fleet data, docs/runbook.md#planning)",
@@ -235,6 +251,7 @@ FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "scheduler": str,
     "queue": str,
     "image": str,
+    "nodeAllocatable": dict,
     "cpuPerPod": int,
     "memoryPerPod": str,
     "shmSize": str,
@@ -448,7 +465,7 @@ def _check(p: ClusterProfile, fail) -> None:
         value = getattr(p, key)
         if value and not _QUANTITY.match(value):
             raise fail(key, f"{value!r} is not a size like 64Gi")
-    memory = p.memoryPerPod or f"{96 * p.gpusPerNode}Gi"
+    memory = _check_pod_size(p, fail)
     shm = p.shmSize or f"{8 * p.gpusPerNode}Gi"
     if quantity_bytes(shm) >= quantity_bytes(memory):
         # A memory-backed emptyDir is charged to the container's memory limit.
@@ -463,6 +480,30 @@ def _check(p: ClusterProfile, fail) -> None:
             raise fail(f"nccl.{key}", "NCCL variables are named NCCL_*")
         if not isinstance(value, str | int):
             raise fail(f"nccl.{key}", "must be a string or a number")
+
+
+def _check_pod_size(p: ClusterProfile, fail) -> str:
+    """A training pod fits a node's allocatable; returns the memory it requests."""
+    node = parse_allocatable(p.nodeAllocatable, fail) or p.node
+    cpu_default, memory_default = pod_defaults(node)
+    if p.cpuPerPod < 0:
+        raise fail("cpuPerPod", "must be positive")
+    memory = p.memoryPerPod or memory_default
+    if node.declared:
+        # kube-scheduler NodeResourcesFit (fit.go fitsRequest): no node, no schedule.
+        if (p.cpuPerPod or cpu_default) > node.cpu:
+            raise fail(
+                "cpuPerPod",
+                f"{p.cpuPerPod} CPUs are more than a node offers ({node.shown()}, "
+                "nodeAllocatable): the pods would stay Pending (Insufficient cpu)",
+            )
+        if quantity_bytes(memory) > node.memory:
+            raise fail(
+                "memoryPerPod",
+                f"{memory} is more than a node offers ({node.shown()}, nodeAllocatable): "
+                "the pods would stay Pending (Insufficient memory)",
+            )
+    return memory
 
 
 def _check_fabric(p: ClusterProfile, network: str, fail) -> None:
@@ -511,8 +552,9 @@ def _fill_defaults(p: ClusterProfile) -> None:
         )
     if not p.gpudirect:
         p.gpudirect = "dmabuf" if p.rdma else "none"
-    p.cpuPerPod = p.cpuPerPod or 12 * p.gpusPerNode
-    p.memoryPerPod = p.memoryPerPod or f"{96 * p.gpusPerNode}Gi"
+    cpu, memory = pod_defaults(p.node)
+    p.cpuPerPod = p.cpuPerPod or cpu
+    p.memoryPerPod = p.memoryPerPod or memory
     p.shmSize = p.shmSize or f"{8 * p.gpusPerNode}Gi"
     p.nccl = {str(k): str(v) for k, v in p.nccl.items()}
     if p.rdma and not p.ofed:

@@ -35,6 +35,7 @@ TEAM_LABEL = "trainops.dev/team"
 # On every namespace runs may be created in: the admission policy binds to it.
 TENANT_LABEL = "trainops.dev/tenant"
 PARAMS = "trainops-runs"
+NODE_CPU, NODE_MEMORY = "nodeCpu", "nodeMemory"  # keys of PARAMS: a node's allocatable
 # Images the platform runs in its own namespace, whatever registries runs may use:
 # the GPU health check's (base/monitoring/gpu-health).
 PLATFORM_IMAGES = ("nvcr.io/nvidia/cloud-native/dcgm:4.4.2-1-ubuntu22.04",)
@@ -198,7 +199,8 @@ def priority_documents(p: ClusterProfile) -> list[dict[str, Any]]:
 
 
 def params(p: ClusterProfile, namespace: str, team: Team | None) -> dict[str, Any]:
-    """What the admission policy checks a run in `namespace` against."""
+    """What the admission policy checks a run in `namespace` against, and the node size
+    validate fits the run's pods to."""
     priorities = team.priorities if team else tuple(sorted(p.priorities, key=p.priorities.get))
     data = {
         "team": team.name if team else "",
@@ -207,6 +209,11 @@ def params(p: ClusterProfile, namespace: str, team: Team | None) -> dict[str, An
         "networks": f"{NETWORK},{namespace}/{NETWORK}",
         "registries": ",".join([*p.registries, *([] if team else PLATFORM_IMAGES)]),
     }
+    node = p.node
+    if node.declared:
+        # What validate's pod-fits-node compares a run's pods with (nodeAllocatable).
+        data[NODE_CPU] = str(node.cpu.numerator if node.cpu.denominator == 1 else float(node.cpu))
+        data[NODE_MEMORY] = format_quantity(node.memory)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
