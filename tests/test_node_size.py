@@ -173,3 +173,16 @@ def test_a_pods_request_is_what_the_scheduler_reserves():
     requests = pod_requests(pod_templates(pod)[0])
     assert requests["cpu"] == Fraction(63, 2)  # max(10 + 2 + 1, 30 + 1) + 0.5
     assert requests["memory"] == 12 * 2**30  # max(10 + 1, 4 + 1) + 1
+
+
+def test_new_cluster_takes_the_node_size_as_a_flag(trainops, workspace):
+    common = ["--fabric", "tcp", "--nic", "eth1", "--gpus-per-node", "8", "--nodes", "2",
+              "--storage-class", "nfs", "--image", "ghcr.io/acme/trainer:1.0"]  # fmt: skip
+    run = trainops("new-cluster", "gpu-a", *common, "--node-allocatable", "95,600Gi", cwd=workspace)
+    assert run.code == 0, run.err
+    profile = yaml.safe_load((workspace / "overlays/gpu-a/cluster.yaml").read_text())
+    assert profile["nodeAllocatable"] == {"cpu": "95", "memory": "600Gi"}
+    template = (workspace / "overlays/gpu-a/training/cluster/torchrun.yaml").read_text()
+    assert _first_requests(yaml.safe_load(template)) == {"cpu": "85", "memory": "540Gi"}
+    bad = trainops("new-cluster", "gpu-b", *common, "--node-allocatable", "95", cwd=workspace)
+    assert bad.code == 2 and "--node-allocatable: '95' is not CPU,MEMORY" in bad.err

@@ -259,6 +259,20 @@ def test_removing_then_adding_a_key_restores_the_file_with_its_comment(trainops,
     assert profile.read_text() == original
 
 
+def test_a_new_entry_of_a_map_stays_inside_it_above_the_next_keys_comment(trainops, workspace):
+    """ruamel.yaml holds the next key's comment as the map's last entry's and would write a
+    new entry below it (the entry then read as part of the map, the comment out of place)."""
+    profile = workspace / "overlays/prod-roce/cluster.yaml"
+    original = profile.read_text()
+    assert "  memory: 2000Gi\n# CPU cores each training pod" in original
+    run = trainops(
+        "set", "prod-roce", "nodeAllocatable.memory-", "nodeAllocatable.memory=2000Gi",
+        cwd=workspace,
+    )  # fmt: skip
+    assert run.code == 0, run.err
+    assert profile.read_text() == original
+
+
 def test_set_dry_run_prints_the_diff_and_writes_nothing(trainops, workspace):
     run = trainops("set", "prod-roce", "nodes=2", "--dry-run", cwd=workspace)
     assert run.code == 0

@@ -91,6 +91,13 @@ def report(result: WriteResult) -> None:
 @click.option("--scheduler", type=click.Choice(SCHEDULERS), help=FIELD_DOCS["scheduler"])
 @click.option("--queue", help=FIELD_DOCS["queue"])
 @click.option("--gpu-product", help=FIELD_DOCS["gpuProduct"])
+@click.option(
+    "--node-allocatable",
+    metavar="CPU,MEMORY",
+    help="what one GPU node offers pods, e.g. 190,1900Gi (nodeAllocatable: "
+    "kubectl get node NODE -o jsonpath='{.status.allocatable}'); training pods are sized "
+    "to fit it",
+)
 @click.option("--topology-key", help=FIELD_DOCS["topologyKey"])
 @click.option("--image", help=FIELD_DOCS["image"])
 @click.option("--trainer", type=click.Choice(TRAINERS), help=FIELD_DOCS["trainer"])
@@ -181,6 +188,14 @@ def _values_from_flags(flags: dict) -> dict:
     hca = [device for entry in flags.get("hca") or () for device in entry.split(",") if device]
     if hca:
         values["hca"] = hca
+    if flags.get("node_allocatable"):
+        cpu, comma, memory = flags["node_allocatable"].partition(",")
+        if not comma or not cpu.strip() or not memory.strip():
+            raise InputError(
+                f"--node-allocatable: {flags['node_allocatable']!r} is not CPU,MEMORY "
+                "(e.g. 190,1900Gi)"
+            )
+        values["nodeAllocatable"] = {"cpu": cpu.strip(), "memory": memory.strip()}
     if flags.get("teams"):
         values["teams"] = [
             {"name": name, "gpus": count}

@@ -126,6 +126,8 @@ def _apply(text: str, a: Assignment) -> str:
         mapping = data.get(a.key)
         if not isinstance(mapping, dict):
             return _insert_top_level(text, data, a.key, {a.sub: a.value})
+        if a.sub not in mapping and mapping and not mapping.fa.flow_style():
+            return _insert_map_entry(text, data, a.key, a.sub, a.value)
         mapping[a.sub] = a.value
         return _dump(data)
     if a.key in data:
@@ -147,6 +149,24 @@ def _insert_top_level(text: str, data: CommentedMap, key: str, value: Any) -> st
         if lines and not lines[-1].endswith("\n"):
             lines[-1] += "\n"
     return "".join(lines[:at] + block + lines[at:])
+
+
+def _insert_map_entry(text: str, data: CommentedMap, key: str, sub: str, value: Any) -> str:
+    """Add SUB after the last entry of the block map KEY, above the next key's comment
+    (ruamel.yaml would put it below that comment, which it holds as the last entry's)."""
+    lines = text.splitlines(keepends=True)
+    mapping = data[key]
+    keys = list(data)
+    after = keys.index(key) + 1
+    at = data.lc.key(keys[after])[0] if after < len(keys) else len(lines)
+    at = _comment_start(lines, at)
+    while at > 0 and not lines[at - 1].strip():
+        at -= 1
+    if at and not lines[at - 1].endswith("\n"):
+        lines[at - 1] += "\n"
+    indent = " " * mapping.lc.key(next(iter(mapping)))[1]
+    entry = [indent + line for line in dump({sub: value}).splitlines(keepends=True)]
+    return "".join(lines[:at] + entry + lines[at:])
 
 
 def _remove_lines(
