@@ -14,7 +14,7 @@ error on a good file.
 It reports; it does not assert: tests/blind/test_blind_set.py only checks that
 the set is well formed.
 
-    .venv/bin/python tests/blind/measure.py [--trainops PATH] [--json] [-j N]
+    .venv/bin/python tests/blind/measure.py [--set DIR] [--trainops PATH] [--json] [-j N]
 """
 
 from __future__ import annotations
@@ -127,8 +127,8 @@ def validate(trainops: str, path: Path) -> Run:
     return Run(proc.returncode, report.get("findings", []))
 
 
-def measure(trainops: str, jobs: int) -> list[Outcome]:
-    cases = case_dirs()
+def measure(trainops: str, jobs: int, root: Path = HERE) -> list[Outcome]:
+    cases = case_dirs(root)
     meta = {c.name: yaml.safe_load((c / "case.yaml").read_text()) for c in cases}
     paths = [c / name for c in cases for name in ("bad.yaml", "good.yaml")]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -182,9 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trainops", default=os.environ.get("TRAINOPS") or default_trainops())
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("-j", "--jobs", type=int, default=2, help="validations in parallel")
+    parser.add_argument(
+        "--set", type=Path, default=HERE, help="the set's directory (default: tests/blind)"
+    )
     args = parser.parse_args(argv)
 
-    outcomes = measure(args.trainops, args.jobs)
+    outcomes = measure(args.trainops, args.jobs, args.set.resolve())
     totals = summary(outcomes)
     if args.json:
         print(json.dumps(totals, indent=2))

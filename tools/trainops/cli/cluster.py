@@ -16,6 +16,7 @@ from trainops.profile.model import (
     FABRICS,
     FIELD_DOCS,
     FIELD_TYPES,
+    MONITORING,
     MPI_OPERATORS,
     OFED_SOURCES,
     PLACEMENTS,
@@ -120,6 +121,12 @@ def report(result: WriteResult) -> None:
 @click.option("--rdma-provider", type=click.Choice(RDMA_PROVIDERS), help=FIELD_DOCS["rdmaProvider"])
 @click.option("--ofed", type=click.Choice(OFED_SOURCES), help=FIELD_DOCS["ofed"])
 @click.option(
+    "--installed",
+    multiple=True,
+    help=FIELD_DOCS["installed"] + " (repeat or comma-separate)",
+)
+@click.option("--monitoring", type=click.Choice(MONITORING), help=FIELD_DOCS["monitoring"])
+@click.option(
     "--from",
     "from_file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -180,6 +187,7 @@ def _values_from_flags(flags: dict) -> dict:
         "spare_nodes": "spareNodes",
         "rdma_provider": "rdmaProvider",
         "ofed": "ofed",
+        "monitoring": "monitoring",
     }
     values = {}
     for flag, key in names.items():
@@ -188,6 +196,11 @@ def _values_from_flags(flags: dict) -> dict:
     hca = [device for entry in flags.get("hca") or () for device in entry.split(",") if device]
     if hca:
         values["hca"] = hca
+    installed = [
+        part for entry in flags.get("installed") or () for part in entry.split(",") if part
+    ]
+    if installed:
+        values["installed"] = installed
     if flags.get("node_allocatable"):
         cpu, comma, memory = flags["node_allocatable"].partition(",")
         if not comma or not cpu.strip() or not memory.strip():

@@ -41,6 +41,10 @@ RDMA_PROVIDERS = ("network-operator", "sriov-network-operator", "preinstalled")
 # Where the RDMA (MOFED) driver comes from: the distribution's kernel, a MOFED installed
 # on the hosts, or the Network Operator's driver container.
 OFED_SOURCES = ("inbox", "host", "driver-container")
+# Parts a cluster may come with (a managed or pre-built cluster): the overlay leaves them out.
+INSTALLED = ("multus", "whereabouts", "gpu-driver", "network-operator", "sriov-network-operator")
+# Whether the Prometheus Operator's CRDs (PodMonitor, PrometheusRule) exist on the cluster.
+MONITORING = ("prometheus-operator", "none")
 _DURATION = re.compile(r"([0-9]+(ms|s|m|h))+\Z")
 _NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")  # \Z: no trailing newline
 _QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|Pi)?$")
@@ -95,6 +99,8 @@ class ClusterProfile:
     rdmaProvider: str = "preinstalled"
     ofed: str = ""
     registries: list[str] = field(default_factory=list)
+    installed: list[str] = field(default_factory=list)
+    monitoring: str = "prometheus-operator"
     failureRates: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -218,6 +224,13 @@ FIELD_DOCS = {
     "cpuPerPod": "CPU cores each training pod requests (default: 90% of nodeAllocatable's)",
     "memoryPerPod": "memory each training pod requests (default: 90% of nodeAllocatable's)",
     "shmSize": "size of /dev/shm (memory-backed) in each pod (default: 8Gi per GPU)",
+    "installed": "parts the cluster already runs, which the overlay then leaves out: multus, "
+    "whereabouts, gpu-driver (drivers on the hosts: the GPU Operator's driver container off), "
+    "network-operator or sriov-network-operator (the rdmaProvider's operator; its "
+    "configuration stays in the overlay)",
+    "monitoring": "prometheus-operator (default: its CRDs exist, the overlay adds the DCGM "
+    "PodMonitor and the alerting rules) or none (both left out; dashboard and GPU health "
+    "check stay)",
     "failureRates": "failures per 1000 GPU-hours by class, for `trainops plan` (default: the "
     "Llama 3 fleet data, docs/runbook.md#planning)",
     "nccl": "extra NCCL_* variables for this cluster (name: value)",
@@ -270,6 +283,8 @@ FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "rdmaProvider": str,
     "ofed": str,
     "registries": list,
+    "installed": list,
+    "monitoring": str,
     "failureRates": dict,
     "topology": list,
 }
@@ -446,6 +461,7 @@ def _check(p: ClusterProfile, fail) -> None:
             r"^[a-z0-9][-a-z0-9.:]*(/[^\s/]+)*/?$", prefix
         ):
             raise fail("registries", f"{prefix!r} is not an image prefix like ghcr.io/acme/")
+    _check_installed(p, fail)
     for name, rate in p.failureRates.items():
         if isinstance(rate, bool) or not isinstance(rate, int | float) or rate < 0:
             raise fail(f"failureRates.{name}", "must be a non-negative number per 1000 GPU-hours")
@@ -480,6 +496,29 @@ def _check(p: ClusterProfile, fail) -> None:
             raise fail(f"nccl.{key}", "NCCL variables are named NCCL_*")
         if not isinstance(value, str | int):
             raise fail(f"nccl.{key}", "must be a string or a number")
+
+
+def _check_installed(p: ClusterProfile, fail) -> None:
+    for part in p.installed:
+        if part not in INSTALLED:
+            raise fail("installed", f"{part!r} is not one of {', '.join(INSTALLED)}")
+    for operator in ("network-operator", "sriov-network-operator"):
+        if operator in p.installed and p.rdmaProvider != operator:
+            raise fail(
+                "installed",
+                f"{operator}: the overlay installs it only with rdmaProvider {operator} "
+                f"(this profile's is {p.rdmaProvider}), so there is nothing to leave out",
+            )
+    if len(set(p.installed)) != len(p.installed):
+        raise fail("installed", "names a part twice")
+    if p.monitoring not in MONITORING:
+        raise fail("monitoring", f"must be one of {', '.join(MONITORING)}, not {p.monitoring!r}")
+    if p.monitoring == "none" and p.alerts:
+        raise fail(
+            "alerts",
+            "set thresholds of alerting rules that monitoring: none leaves out (no "
+            "PrometheusRule without the Prometheus Operator)",
+        )
 
 
 def _check_pod_size(p: ClusterProfile, fail) -> str:

@@ -524,11 +524,11 @@ def _kustomization(p: ClusterProfile) -> dict[str, Any]:
     return {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "resources": [
-            f"{BASE}/monitoring/dcgm-exporter",
-            f"{BASE}/monitoring/gpu-health",
-            "rules.yaml",
-        ],
+        "resources": (
+            [f"{BASE}/monitoring/dcgm-exporter", f"{BASE}/monitoring/gpu-health", "rules.yaml"]
+            if p.monitoring == "prometheus-operator"
+            else [f"{BASE}/monitoring/gpu-health"]  # PodMonitor and PrometheusRule need CRDs
+        ),
         "patches": [{"path": "gpu-health.yaml"}],
         "configMapGenerator": [
             {
@@ -557,7 +557,7 @@ def generate(p: ClusterProfile) -> dict[str, str]:
         "# sized and judged by cluster.yaml's preflight keys. Run it on demand:\n"
         f"# trainops preflight overlays/{p.name} --emit-job | kubectl create -f -\n"
     )
-    return {
+    files = {
         f"{PREFLIGHT}/kustomization.yaml": header + preflight + dump(_preflight_kustomization(p)),
         f"{PREFLIGHT}/acceptance.yaml": header + dump(_preflight_patch(p)),
         f"{DIRECTORY}/kustomization.yaml": header + comment + dump(_kustomization(p)),
@@ -565,3 +565,6 @@ def generate(p: ClusterProfile) -> dict[str, str]:
         f"{DIRECTORY}/gpu-health.yaml": header + dump(_gpu_health_patch(p)),
         f"{DIRECTORY}/dashboard.json": json.dumps(dashboard(p), indent=2) + "\n",
     }
+    if p.monitoring != "prometheus-operator":
+        del files[f"{DIRECTORY}/rules.yaml"]
+    return files

@@ -170,7 +170,7 @@ def job_controllers(p: ClusterProfile) -> list[str]:
 
 
 def operators(p: ClusterProfile) -> list[str]:
-    """The directories under base/operators this cluster installs."""
+    """The directories under base/operators this cluster installs (not those it has)."""
     names = []
     if p.trainer_v1:
         # One owner per CRD name: without the Training Operator's MPIJob where it
@@ -181,7 +181,7 @@ def operators(p: ClusterProfile) -> list[str]:
         names.append("mpi-operator")
     if p.trainer_v2:
         names += ["trainer", "jobset"]
-    return [*names, "multus", *fabric.operators(p)]
+    return [name for name in (*names, "multus", *fabric.operators(p)) if name not in p.installed]
 
 
 def platform_namespaces(p: ClusterProfile) -> list[str]:
@@ -217,6 +217,8 @@ def _platform_kustomization(p: ClusterProfile) -> str:
     ]
     if fabric.resource_prefix_patch(p):
         patches.append({"path": "platform/sriov-operator.yaml"})
+    if p.monitoring != "prometheus-operator":
+        patches.append(_without_trainer_monitor())
     if p.scheduler != "default":
         patches.append({"path": "platform/queue.yaml"})
         if p.topology and p.scheduler == "kueue":
@@ -342,6 +344,18 @@ def _queue_patch(p: ClusterProfile) -> str:
     return _doc(p, tenancy.platform_queue(p), comment=tenancy.platform_queue_comment(p))
 
 
+def _without_trainer_monitor() -> dict[str, Any]:
+    """No Prometheus Operator: the trainer's PodMonitor (base/training/platform) goes, since
+    its kind has no CRD there and Argo CD would keep the sync failing on it."""
+    doc = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": {"name": "trainer", "namespace": "training"},
+        "$patch": "delete",
+    }
+    return {"patch": dump(doc).rstrip("\n")}
+
+
 def _tenant_label() -> dict[str, Any]:
     """The platform's namespace takes runs too: the admission policy binds to it."""
     ops = [
@@ -433,6 +447,10 @@ def gpu_operator_values(p: ClusterProfile) -> dict[str, Any]:
         # DMA-BUF GPUDirect needs the open kernel modules (driver >= 535, kernel >= 5.12).
         driver = {"enabled": True, "kernelModuleType": "open"}
         driver["rdma"] = {"enabled": False, "useHostMofed": False}
+    if "gpu-driver" in p.installed:
+        # The hosts carry the driver (and load nvidia-peermem where needed): the operator
+        # must not start its driver container against it.
+        driver["enabled"] = False
     return {
         # Required by the ClusterPolicy CRD up to v25.10.x.
         "operator": {"defaultRuntime": "containerd"},
