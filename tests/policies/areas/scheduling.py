@@ -426,6 +426,33 @@ def _slice_level(label: str) -> Callable[[], Docs]:
     return edit(change)
 
 
+def _kai_podgroup(**change: Any) -> dict[str, Any]:
+    """A KAI PodGroup of two replicas, each a prefill and a decode gang; `change` edits the
+    SubGroup named by its key ('' for the PodGroup itself), None removing a field."""
+    groups = [
+        {"name": "replica-0", "minSubGroup": 2},
+        {"name": "replica-1", "minSubGroup": 2},
+        {"name": "prefill-0", "parent": "replica-0", "minMember": 2},
+        {"name": "decode-0", "parent": "replica-0", "minMember": 4},
+        {"name": "prefill-1", "parent": "replica-1", "minMember": 2},
+        {"name": "decode-1", "parent": "replica-1", "minMember": 4},
+    ]
+    spec: dict[str, Any] = {"queue": "team-a", "minSubGroup": 2, "subGroups": groups}
+    for name, fields in change.items():
+        target = spec if name == "" else next(g for g in groups if g["name"] == name)
+        for key, value in fields.items():
+            if value is None:
+                target.pop(key, None)
+            else:
+                target[key] = value
+    return {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "disagg", "namespace": NAMESPACE},
+        "spec": spec,
+    }
+
+
 FIXTURES: dict[str, Pair] = {
     "kueue-topology-annotations": (
         _worker_annotations(podset_required_topology=RACK, podset_preferred_topology=BLOCK),
@@ -471,6 +498,10 @@ FIXTURES: dict[str, Pair] = {
     "kai-queue-spec": (
         _with(_kai_queue("team-a", resources=False)),
         _with(_kai_queue("team-a")),
+    ),
+    "kai-podgroup-subgroups": (
+        _with(_kai_podgroup(**{"decode-1": {"parent": "disagg"}})),
+        _with(_kai_podgroup()),
     ),
     "coscheduling-min-member": (_coscheduled("llama", "llama", 5), _coscheduled("llama", "llama")),
     "coscheduling-pod-group-exists": (
@@ -604,6 +635,14 @@ MORE: dict[str, list[Pair]] = {
     "volcano-pod-budget": [(_volcano_budget(max="100%"), _volcano_budget(min="1"))],
     "queue-exists": [(_queued_pod_group("reserach"), _queued_pod_group("research"))],
     "kai-queue-exists": [(_kai_job("research"), _kai_job("team-a"))],
+    "kai-podgroup-subgroups": [
+        (_with(_kai_podgroup(**{"": {"minMember": 12}})), _with(_kai_podgroup())),
+        (_with(_kai_podgroup(**{"decode-0": {"minMember": None}})), _with(_kai_podgroup())),
+        (_with(_kai_podgroup(**{"": {"minSubGroup": 3}})), _with(_kai_podgroup())),
+        (_with(_kai_podgroup(**{"replica-0": {"minMember": 6}})), _with(_kai_podgroup())),
+        (_with(_kai_podgroup(**{"replica-0": {"parent": "decode-0"}})), _with(_kai_podgroup())),
+        (_with(_kai_podgroup(**{"prefill-1": {"name": "prefill-0"}})), _with(_kai_podgroup())),
+    ],
     "kai-queue-spec": [
         (
             _with(_kai_queue("research"), _kai_queue("team-a", parent="reserch")),
