@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from typing import Any
 
 from trainops.model import ERROR, WARNING
 from trainops.policy import Context, Violation, pod_rule
-from trainops.policy.pods import PodTemplate, dicts, env_of, gpu_count, mapping
+from trainops.policy.pods import PodTemplate, dicts, env_of, gpu_count, is_int, mapping
 
 from . import commandline, common, launch
 from .launchers import commandline_at
@@ -878,6 +879,36 @@ def _zero_problems(zero: dict[str, Any], stage: Any) -> Iterator[str]:
         )
 
 
+TAG_VALIDATION_MODES = ("WARN", "IGNORE", "FAIL")  # runtime/constants.py, upper-cased
+WRITER_TYPES = ("MOCK", "PYTHON", "FAST")  # model_checkpointing/constants.py
+
+
+def _runtime_problems(config: dict[str, Any]) -> Iterator[str]:
+    """What DeepSpeed's fp16, elasticity and checkpoint settings refuse at initialize."""
+    fp16 = mapping(config.get("fp16"))
+    scale = fp16.get("loss_scale")
+    if scale is not None and scale != "auto":  # "auto": the HF Trainer fills it in
+        try:
+            number = None if isinstance(scale, bool) else float(scale)
+        except (TypeError, ValueError):
+            number = None
+        if number is None or not math.isfinite(number) or number < 0:
+            yield f"fp16.loss_scale {scale!r} is not a finite number >= 0 (0: dynamic scaling)"
+    elastic = mapping(config.get("elasticity"))
+    if elastic.get("enabled") is True:
+        low, high = elastic.get("min_gpus", 1), elastic.get("max_gpus", 10000)
+        if is_int(low) and is_int(high) and (low < 1 or high < 1 or high < low):
+            yield f"elasticity min_gpus {low} and max_gpus {high}: both >= 1, min <= max"
+    checkpoint = mapping(config.get("checkpoint"))
+    mode = checkpoint.get("tag_validation")
+    if isinstance(mode, str) and mode.upper() not in TAG_VALIDATION_MODES:
+        yield f"checkpoint.tag_validation {mode!r} is not one of Warn, Ignore, Fail"
+    writer = checkpoint.get("writer")
+    kind = mapping(writer).get("type")
+    if isinstance(kind, str) and kind.upper() not in WRITER_TYPES:
+        yield f"checkpoint.writer.type {kind!r} is not one of mock, python, fast"
+
+
 @pod_rule(
     id="deepspeed-config-values",
     severity=ERROR,
@@ -888,11 +919,18 @@ def _zero_problems(zero: dict[str, Any], stage: Any) -> Iterator[str]:
         DEEPSPEED_TAG + "deepspeed/runtime/zero/config.py#L388-L393",
         DEEPSPEED_TAG + "deepspeed/runtime/zero/offload_config.py#L14-L18",
         DEEPSPEED_TAG + "deepspeed/runtime/config_utils.py#L106-L113",
+        DEEPSPEED_TAG + "deepspeed/runtime/precision_config.py#L120-L133",
+        DEEPSPEED_TAG + "deepspeed/elasticity/config.py#L77-L85",
+        DEEPSPEED_CONFIG + "#L630-L638",
+        DEEPSPEED_TAG + "deepspeed/runtime/model_checkpointing/config.py#L22-L56",
     ),
     when={
         "error": "a ZeRO stage other than 0-3, fp16 and bf16 both enabled, a key the ZeRO "
-        "config models do not define, an offload device other than none/cpu/nvme, or a "
-        "partial optimizer offload (ratio below 1) before stage 3: DeepSpeed refuses the config",
+        "config models do not define, an offload device other than none/cpu/nvme, a "
+        "partial optimizer offload (ratio below 1) before stage 3, an fp16.loss_scale that is "
+        "not a number >= 0, enabled elasticity with min_gpus above max_gpus (or either below "
+        "1), a checkpoint tag_validation other than Warn/Ignore/Fail or a checkpoint writer "
+        "type other than mock/python/fast: DeepSpeed refuses the config",
         "warning": "offload_param below stage 3: DeepSpeed ignores it",
     },
     title="A DeepSpeed config names a ZeRO stage, precision and offload it supports",
@@ -900,7 +938,9 @@ def _zero_problems(zero: dict[str, Any], stage: Any) -> Iterator[str]:
     "are not both enabled, forbids keys its ZeRO and offload models do not define (a "
     "misspelt key is a validation error at deepspeed.initialize, not ignored), accepts the "
     "offload devices none, cpu and nvme in lower case, asserts that a partial optimizer "
-    "offload (ratio below 1) runs in stage 3, and offloads parameters (offload_param) only "
+    "offload (ratio below 1) runs in stage 3, refuses an fp16.loss_scale that is not a "
+    "number, elastic bounds that cross and checkpoint modes it does not know, and offloads "
+    "parameters (offload_param) only "
     "in stage 3: in "
     "stages 1 and 2 the section is ignored and the parameters stay on the GPU the run was "
     "sized to free.",
@@ -924,6 +964,8 @@ def deepspeed_config_values(pod: PodTemplate, ctx: Context) -> Iterator[Violatio
         ]
         if len(enabled) == 2:
             yield Violation(f"{found.where}: fp16 and bf16 both enabled", at)
+        for problem in _runtime_problems(found.config):
+            yield Violation(f"{found.where}: {problem}", at)
         offload = mapping(zero.get("offload_param"))
         if _number(stage) in (0, 1, 2) and offload.get("device") not in (None, "none"):
             yield Violation(

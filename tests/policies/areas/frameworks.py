@@ -371,6 +371,22 @@ MORE = {
         ),
     ],
     "deepspeed-config-values": [
+        (  # precision_config.py: loss_scale must be a number (0: dynamic)
+            _deepspeed(_ds(fp16={"enabled": True, "loss_scale": "dynamic"}, bf16=None)),
+            _deepspeed(_ds(fp16={"enabled": True, "loss_scale": 0}, bf16=None)),
+        ),
+        (  # elasticity/config.py: min_gpus <= max_gpus
+            _deepspeed(_ds(elasticity={"enabled": True, "min_gpus": 64, "max_gpus": 16})),
+            _deepspeed(_ds(elasticity={"enabled": True, "min_gpus": 16, "max_gpus": 64})),
+        ),
+        (  # tag_validation is upper-cased, then one of WARN, IGNORE, FAIL
+            _deepspeed(_ds(checkpoint={"tag_validation": "strict"})),
+            _deepspeed(_ds(checkpoint={"tag_validation": "Fail"})),
+        ),
+        (
+            _deepspeed(_ds(checkpoint={"writer": {"type": "torch"}})),
+            _deepspeed(_ds(checkpoint={"writer": {"type": "fast"}})),
+        ),
         (
             _deepspeed(_ds(fp16={"enabled": True})),
             _deepspeed(_ds(fp16={"enabled": False})),
