@@ -453,6 +453,64 @@ def _kai_podgroup(**change: Any) -> dict[str, Any]:
     }
 
 
+def _queued_batch_job(annotations: dict[str, str], **spec: Any) -> Callable[[], Docs]:
+    """A queued batch Job of 8 pods with Kueue's partial-admission annotations."""
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "sweep",
+            "namespace": NAMESPACE,
+            "labels": {"kueue.x-k8s.io/queue-name": "training"},
+            "annotations": annotations,
+        },
+        "spec": {
+            "parallelism": 8,
+            "completions": 8,
+            "completionMode": "Indexed",
+            **spec,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "registry.example.com/sweep:1.0"}],
+                }
+            },
+        },
+    }
+    return lambda: [copy.deepcopy(job)]
+
+
+def _queued_raycluster(autoscaling: bool = False, group: str = "gpu-workers") -> Callable[[], Docs]:
+    container = {"name": "ray", "image": "rayproject/ray:2.49.0"}
+    cluster = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {
+            "name": "ray",
+            "namespace": NAMESPACE,
+            "labels": {"kueue.x-k8s.io/queue-name": "training"},
+        },
+        "spec": {
+            "enableInTreeAutoscaling": autoscaling,
+            "headGroupSpec": {"template": {"spec": {"containers": [container]}}},
+            "workerGroupSpecs": [
+                {
+                    "groupName": group,
+                    "replicas": 2,
+                    "minReplicas": 2,
+                    "maxReplicas": 2,
+                    "template": {"spec": {"containers": [container]}},
+                }
+            ],
+        },
+    }
+    return lambda: [copy.deepcopy(cluster)]
+
+
+MIN = "kueue.x-k8s.io/job-min-parallelism"
+SYNC = "kueue.x-k8s.io/job-completions-equal-parallelism"
+
+
 FIXTURES: dict[str, Pair] = {
     "kueue-topology-annotations": (
         _worker_annotations(podset_required_topology=RACK, podset_preferred_topology=BLOCK),
@@ -498,6 +556,14 @@ FIXTURES: dict[str, Pair] = {
     "kai-queue-spec": (
         _with(_kai_queue("team-a", resources=False)),
         _with(_kai_queue("team-a")),
+    ),
+    "kueue-job-annotations": (
+        _queued_batch_job({MIN: "8"}),
+        _queued_batch_job({MIN: "4"}),
+    ),
+    "kueue-raycluster-webhook": (
+        _queued_raycluster(group="head"),
+        _queued_raycluster(),
     ),
     "kai-podgroup-subgroups": (
         _with(_kai_podgroup(**{"decode-1": {"parent": "disagg"}})),
@@ -635,6 +701,16 @@ MORE: dict[str, list[Pair]] = {
     "volcano-pod-budget": [(_volcano_budget(max="100%"), _volcano_budget(min="1"))],
     "queue-exists": [(_queued_pod_group("reserach"), _queued_pod_group("research"))],
     "kai-queue-exists": [(_kai_job("research"), _kai_job("team-a"))],
+    "kueue-job-annotations": [
+        (
+            _queued_batch_job({SYNC: "true"}, completionMode="NonIndexed"),
+            _queued_batch_job({SYNC: "true"}),
+        ),
+        (_queued_batch_job({SYNC: "yes"}), _queued_batch_job({SYNC: "false"})),
+        (_queued_batch_job({SYNC: "true"}, completions=16), _queued_batch_job({SYNC: "true"})),
+        (_queued_batch_job({MIN: "0"}), _queued_batch_job({MIN: "1"})),
+    ],
+    "kueue-raycluster-webhook": [(_queued_raycluster(autoscaling=True), _queued_raycluster())],
     "kai-podgroup-subgroups": [
         (_with(_kai_podgroup(**{"": {"minMember": 12}})), _with(_kai_podgroup())),
         (_with(_kai_podgroup(**{"decode-0": {"minMember": None}})), _with(_kai_podgroup())),
