@@ -339,7 +339,31 @@ def _injector(enabled: bool) -> Callable[[Docs], None]:
     return lambda docs: docs.append(operator_config(enableInjector=enabled))
 
 
+def _drivers(*specs: dict[str, Any]) -> Callable[[], Docs]:
+    """NVIDIADrivers named driver-0, driver-1, ... with these specs (on top of a base)."""
+    base = {"driverType": "gpu", "image": "driver", "repository": "nvcr.io/nvidia",
+            "version": "580.95.05"}  # fmt: skip
+    docs = [
+        {
+            "apiVersion": "nvidia.com/v1alpha1",
+            "kind": "NVIDIADriver",
+            "metadata": {"name": f"driver-{index}"},
+            "spec": {**base, **spec},
+        }
+        for index, spec in enumerate(specs)
+    ]
+    return lambda: copy.deepcopy(docs)
+
+
+H100 = {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}
+A100 = {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}}
+
+
 FIXTURES = {
+    "nvidia-driver-spec": (
+        _drivers({**H100, "usePrecompiled": True, "gds": {"enabled": True}}),
+        _drivers({**H100, "usePrecompiled": True, "gds": {"enabled": False}}),
+    ),
     "sriov-policy-webhook": (
         policy(resourceName="rail.rdma"),
         policy(resourceName="rail_rdma"),
@@ -420,6 +444,11 @@ def without_webhook_config(build: Callable[[], Docs], enabled: bool | None) -> C
 
 
 MORE = {
+    "nvidia-driver-spec": [
+        (_drivers({**H100, "usePrecompiled": True, "gdrcopy": {"enabled": True}}), _drivers(H100)),
+        (_drivers(H100, {}), _drivers(H100, A100)),
+        (_drivers(H100, H100), _drivers(H100, A100)),
+    ],
     "sriov-policy-webhook": [
         # the render does not say whether the webhook runs: a warning; it says it is off: quiet
         (

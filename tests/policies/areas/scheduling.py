@@ -511,6 +511,34 @@ MIN = "kueue.x-k8s.io/job-min-parallelism"
 SYNC = "kueue.x-k8s.io/job-completions-equal-parallelism"
 
 
+def _jobset_failure_pattern(pattern: str) -> Callable[[], Docs]:
+    def build() -> Docs:
+        docs = baseline()
+        found = jobset()
+        rule = {
+            "name": "ignorePreemption",
+            "action": "RestartJobSetAndIgnoreMaxRestarts",
+            "onJobFailureMessagePatterns": [pattern],
+        }
+        found["spec"]["failurePolicy"]["rules"] = [rule]
+        return [*docs, found]
+
+    return build
+
+
+def _hypernode(pattern: str) -> Callable[[], Docs]:
+    node = {
+        "apiVersion": "topology.volcano.sh/v1alpha1",
+        "kind": "HyperNode",
+        "metadata": {"name": "rack-a1"},
+        "spec": {
+            "tier": 1,
+            "members": [{"type": "Node", "selector": {"regexMatch": {"pattern": pattern}}}],
+        },
+    }
+    return lambda: [copy.deepcopy(node)]
+
+
 FIXTURES: dict[str, Pair] = {
     "kueue-topology-annotations": (
         _worker_annotations(podset_required_topology=RACK, podset_preferred_topology=BLOCK),
@@ -565,6 +593,11 @@ FIXTURES: dict[str, Pair] = {
         _queued_raycluster(group="head"),
         _queued_raycluster(),
     ),
+    "jobset-failure-pattern": (
+        _jobset_failure_pattern("(?i)preempt(ed|ion"),
+        _jobset_failure_pattern("(?i)preempt(ed|ion)"),
+    ),
+    "volcano-hypernode-pattern": (_hypernode("*gpu-a1-*"), _hypernode("^gpu-a1-.*$")),
     "kai-podgroup-subgroups": (
         _with(_kai_podgroup(**{"decode-1": {"parent": "disagg"}})),
         _with(_kai_podgroup()),
