@@ -756,6 +756,23 @@ AZURE_PARAMETERS = {
     ),
 }
 BLOB_PROTOCOLS = ("fuse", "fuse2", "nfs", "aznfs", "nfsv3")
+# NodeStageVolume (pkg/blob/nodeserver.go): fsGroupChangePolicy matched exactly,
+# mountPermissions parsed by strconv.ParseUint(value, 8, 32).
+BLOB_STAGE_SOURCE = (
+    "https://github.com/kubernetes-sigs/blob-csi-driver/blob/v1.27.9/"
+    "pkg/blob/nodeserver.go#L357-L379"
+)
+BLOB_FSGROUP_POLICIES = ("None", "Always", "OnRootMismatch")
+
+
+def _blob_stage_problem(key: str, value: Any) -> str | None:
+    text = str(value)
+    if key == "fsgroupchangepolicy" and text and text not in BLOB_FSGROUP_POLICIES:
+        return f"fsGroupChangePolicy {text!r} is none of None, Always, OnRootMismatch (exact)"
+    octal = bool(text) and all(c in "01234567" for c in text)
+    if key == "mountpermissions" and text and (not octal or int(text, 8) >= 2**32):
+        return f"mountPermissions {text!r} is not an octal number like 0777 (no 0o prefix)"
+    return None
 
 
 @resource_rule(
@@ -765,11 +782,13 @@ BLOB_PROTOCOLS = ("fuse", "fuse2", "nfs", "aznfs", "nfsv3")
     why="The Azure Blob and Azure Disk CSI drivers refuse CreateVolume for any StorageClass "
     "parameter they do not know ('invalid parameter ... in storage class'; keys are compared "
     "in lower case), and Blob refuses a protocol other than fuse, fuse2, nfs or aznfs: the "
-    "claims stay Pending and the job waits for its volume forever.",
+    "claims stay Pending and the job waits for its volume forever. Blob's NodeStageVolume "
+    "also refuses an fsGroupChangePolicy other than None, Always or OnRootMismatch (exact "
+    "case) and a mountPermissions that is not octal: the pods stay in ContainerCreating.",
     fix="Keep to the driver's documented parameters; mount options go in the StorageClass's "
     "mountOptions, not its parameters.",
     kinds=("StorageClass",),
-    source=(BLOB_SOURCE, DISK_SOURCE),
+    source=(BLOB_SOURCE, BLOB_STAGE_SOURCE, DISK_SOURCE),
 )
 def azure_csi_parameters(doc: Document, ctx: Context) -> Iterator[Violation]:
     provisioner = doc.obj.get("provisioner")
@@ -793,3 +812,5 @@ def azure_csi_parameters(doc: Document, ctx: Context) -> Iterator[Violation]:
             yield Violation(
                 f"protocol {value!r} is none of fuse, fuse2, nfs, aznfs", ("parameters", key)
             )
+        elif provisioner == BLOB and (problem := _blob_stage_problem(lowered, value)):
+            yield Violation(f"{problem}: the driver cannot mount the volume", ("parameters", key))

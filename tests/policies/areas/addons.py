@@ -377,6 +377,14 @@ MORE: dict[str, list[Pair]] = {
         ),
     ],
     "azure-csi-parameters": [
+        (  # NodeStageVolume matches fsGroupChangePolicy exactly
+            edit(_azure_class("blob.csi.azure.com", fsGroupChangePolicy="onRootMismatch")),
+            edit(_azure_class("blob.csi.azure.com", fsGroupChangePolicy="OnRootMismatch")),
+        ),
+        (  # strconv.ParseUint(value, 8, 32)
+            edit(_azure_class("blob.csi.azure.com", mountPermissions="0o775")),
+            edit(_azure_class("blob.csi.azure.com", mountPermissions="0775")),
+        ),
         (
             edit(_azure_class("disk.csi.azure.com", skuName="PremiumV2_LRS", iops="5000")),
             edit(
