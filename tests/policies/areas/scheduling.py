@@ -539,6 +539,24 @@ def _hypernode(pattern: str) -> Callable[[], Docs]:
     return lambda: [copy.deepcopy(node)]
 
 
+def _elastic_quota(gpus: str) -> Callable[[], Docs]:
+    """The baseline's PyTorchJob (8 GPUs a pod) under the capacity scheduler and a quota."""
+
+    def build() -> Docs:
+        docs = baseline()
+        for spec in job(docs)["spec"]["pytorchReplicaSpecs"].values():
+            spec["template"]["spec"]["schedulerName"] = "scheduler-plugins-scheduler"
+        quota = {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "ElasticQuota",
+            "metadata": {"name": "team-a", "namespace": NAMESPACE},
+            "spec": {"min": {"nvidia.com/gpu": "4"}, "max": {"nvidia.com/gpu": gpus}},
+        }
+        return [*docs, quota]
+
+    return build
+
+
 FIXTURES: dict[str, Pair] = {
     "kueue-topology-annotations": (
         _worker_annotations(podset_required_topology=RACK, podset_preferred_topology=BLOCK),
@@ -598,6 +616,7 @@ FIXTURES: dict[str, Pair] = {
         _jobset_failure_pattern("(?i)preempt(ed|ion)"),
     ),
     "volcano-hypernode-pattern": (_hypernode("*gpu-a1-*"), _hypernode("^gpu-a1-.*$")),
+    "elastic-quota-max": (_elastic_quota("4"), _elastic_quota("32")),
     "kai-podgroup-subgroups": (
         _with(_kai_podgroup(**{"decode-1": {"parent": "disagg"}})),
         _with(_kai_podgroup()),
