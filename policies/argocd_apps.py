@@ -410,11 +410,14 @@ def _generators(items: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, 
 @resource_rule(
     id="applicationset-generators",
     severity=ERROR,
-    title="Matrix and merge generators have the children they need",
+    title="Generators the controller can run: matrix and merge with the children they need, "
+    "list elements it can read",
     why="The ApplicationSet controller refuses a matrix generator with fewer or more than two "
     "child generators, and a merge generator with fewer than two or without mergeKeys; the "
     "ApplicationSet then generates no Application at all (ErrLessThanTwoGenerators, "
-    "ErrMoreThanTwoGenerators, ErrLessThanTwoGeneratorsInMerge, ErrNoMergeKeys).",
+    "ErrMoreThanTwoGenerators, ErrLessThanTwoGeneratorsInMerge, ErrNoMergeKeys). Without "
+    "goTemplate, a list generator whose element holds a number, boolean or map (other than "
+    "a values map of strings) fails the same way ('error parsing value as string').",
     fix="Give a matrix exactly two generators (nest another matrix for a third), and a merge "
     "at least two generators and the mergeKeys that join them.",
     kinds=("ApplicationSet",),
@@ -422,11 +425,14 @@ def _generators(items: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, 
         ARGO + "/applicationset/generators/matrix.go#L18-L46",
         ARGO + "/applicationset/generators/merge.go#L19-L60",
         ARGO + "/applicationset/generators/merge.go#L105-L109",
+        ARGO + "/applicationset/generators/list.go#L52-L73",
     ),
 )
 def generators(doc: Document, ctx: Context) -> Iterator[Violation]:
     spec = mapping(doc.obj.get("spec"))
     for path, generator in _generators(spec.get("generators"), ("spec", "generators")):
+        if spec.get("goTemplate") is not True:
+            yield from _list_strings(mapping(generator.get("list")), path)
         matrix = mapping(generator.get("matrix"))
         if "matrix" in generator:
             count = len(dicts(matrix.get("generators")))
@@ -450,6 +456,27 @@ def generators(doc: Document, ctx: Context) -> Iterator[Violation]:
                     "merge generator without mergeKeys: the controller generates nothing",
                     (*path, "merge"),
                 )
+
+
+def _list_strings(generator: dict[str, Any], path: tuple[Any, ...]) -> Iterator[Violation]:
+    """Without goTemplate, the list generator reads every element value (and each entry of
+    an element's values map) as a string and fails the whole generator on any other."""
+    for index, element in enumerate(dicts(generator.get("elements"))):
+        at = (*path, "list", "elements", index)
+        for key, value in element.items():
+            entries = value.items() if key == "values" and isinstance(value, dict) else None
+            if key == "values" and entries is None:
+                yield Violation("list element values is not a map", (*at, key))
+                continue
+            for name, item in entries if entries is not None else [(key, value)]:
+                if not isinstance(item, str):
+                    shown = f"values.{name}" if entries is not None else str(name)
+                    yield Violation(
+                        f"list element {shown}: {item!r} is not a string, and without "
+                        "goTemplate the generator fails ('error parsing value as string'): "
+                        "quote it or set goTemplate: true",
+                        (*at, key),
+                    )
 
 
 _FAST = re.compile(r"\{\{\s*([\w.\-\[\]]+)\s*\}\}")

@@ -186,6 +186,14 @@ def _merge(keys: list[str] | None) -> Callable[[], Docs]:
     return lambda: [appproject(False), _appset([{"merge": merge}])]
 
 
+def _fast_list(element: dict[str, Any]) -> Callable[[], Docs]:
+    """An ApplicationSet without goTemplate (fasttemplate) over one list element."""
+    appset = _appset([{"list": {"elements": [element]}}], name="{{cluster}}-llama")
+    appset["spec"]["goTemplate"] = False
+    appset["spec"]["template"]["spec"]["source"]["path"] = "overlays/{{cluster}}/runs/llama"
+    return lambda: [appproject(False), copy.deepcopy(appset)]
+
+
 def _names(*clusters: str) -> Callable[[], Docs]:
     return lambda: [appproject(False), _appset([_clusters(*clusters)])]
 
@@ -448,7 +456,13 @@ MORE: dict[str, list[Pair]] = {
             _project_windows(schedule="*/30 1-5 * jan-mar mon"),
         ),
     ],
-    "applicationset-generators": [(_merge(None), _merge(["cluster"]))],
+    "applicationset-generators": [
+        (_merge(None), _merge(["cluster"])),
+        (  # list.go: without goTemplate every element value is read as a string
+            _fast_list({"cluster": "prod", "gpus": 8}),
+            _fast_list({"cluster": "prod", "gpus": "8"}),
+        ),
+    ],
     "applicationset-generated-names": [(_names("prod", "Dev_1"), _names("prod", "dev-1"))],
     "hpa-replicas-in-git": [
         (
