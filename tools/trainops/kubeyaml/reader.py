@@ -27,6 +27,7 @@ from yaml._yaml import CParser
 from yaml.events import (
     AliasEvent,
     DocumentEndEvent,
+    DocumentStartEvent,
     MappingEndEvent,
     MappingStartEvent,
     ScalarEvent,
@@ -119,6 +120,50 @@ def load_first_document(
             line,
             "syntax",
         ) from None
+
+
+def alias_bomb_line(text: str) -> int | None:
+    """The 0-based line where a document of `text` passes go-yaml's alias-expansion bound
+    (as `_Builder` counts it), or None: counted on libyaml's events, nothing is built, so
+    a bomb costs its own size. Text libyaml cannot parse is someone else's error (None)."""
+    anchors: dict[str, int] = {}
+    frames: list[list[Any]] = []  # [anchor, nodes] of each open collection
+    decoded = from_aliases = 0
+    try:
+        for event in _events(text):
+            kind = event.__class__
+            if kind is DocumentStartEvent:
+                anchors, frames, decoded, from_aliases = {}, [], 0, 0
+            elif kind is AliasEvent:
+                nodes = anchors.get(event.anchor, 0)
+                decoded += 1 + nodes
+                from_aliases += nodes
+                if frames:
+                    frames[-1][1] += 1 + nodes
+                if (
+                    from_aliases > 100
+                    and decoded > 1000
+                    and from_aliases / decoded > allowed_alias_ratio(decoded)
+                ):
+                    return event.start_mark.line
+            elif kind is ScalarEvent:
+                decoded += 1
+                if event.anchor:
+                    anchors[event.anchor] = 1
+                if frames:
+                    frames[-1][1] += 1
+            elif kind in (SequenceStartEvent, MappingStartEvent):
+                decoded += 1
+                frames.append([event.anchor, 1])
+            elif kind in (SequenceEndEvent, MappingEndEvent) and frames:
+                anchor, nodes = frames.pop()
+                if anchor:
+                    anchors[anchor] = nodes
+                if frames:
+                    frames[-1][1] += nodes
+    except (MarkedYAMLError, ReaderError):
+        return None
+    return None
 
 
 def _too_deep(line: int | None) -> YamlProblem:

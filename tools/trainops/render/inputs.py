@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from trainops.errors import InputError
-from trainops.render.discover import kustomization_file, repository_root
+from trainops.kubeyaml.reader import alias_bomb_line
+from trainops.render.discover import MANIFEST_SUFFIXES, kustomization_file, repository_root
 from trainops.render.remote import RemoteRef, is_remote, parse_remote, resolve_in_mirror
 from trainops.yamlio import load_yaml_mapping, locate, read_text
 
@@ -316,6 +317,27 @@ class _Walk:
                 "move unrelated files out of the kustomization directories",
                 str(graph.root),
             )
+        if path.name.endswith(MANIFEST_SUFFIXES):
+            _refuse_alias_bomb(path)
+
+
+def _refuse_alias_bomb(path: Path) -> None:
+    """Kustomize expands YAML aliases without go-yaml's bound (a 700-byte file took 30 s
+    and 6.7 GB): a file past the bound is refused here, before kustomize reads it."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return  # kustomize reports what it cannot read
+    if b"&" not in data or b"*" not in data:
+        return
+    line = alias_bomb_line(data.decode("utf-8", errors="replace"))
+    if line is not None:
+        raise InputError(
+            "alias expansion limit exceeded (nested anchors multiply into a huge document: "
+            "a 'billion laughs' alias bomb?); kustomize would expand it without bound",
+            str(path),
+            line + 1,
+        )
 
 
 def collect_inputs(directory: Path, mirror: Path | None) -> InputGraph:
