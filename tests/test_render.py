@@ -394,3 +394,20 @@ def test_an_argo_cd_override_file_beside_a_runs_plain_files_is_reported_once(
         f for f in json.loads(in_run.out)["findings"] if f["rule"] == "argocd-source-override"
     ]
     assert found["severity"] == "error" and found["file"].endswith(".argocd-source.yaml")
+
+
+def test_a_kustomize_crash_is_reported_by_its_panic_not_its_stack_dump():
+    """Attack round 13 (F2): a Go panic's last line is a stack frame, not the cause."""
+    from trainops.render.kustomize import clean_error
+
+    stderr = (
+        "panic: number of previous names, number of previous namespaces not equal\n\n"
+        "goroutine 1 [running]:\nsigs.k8s.io/kustomize/api/resource.(*Resource).x(...)\n"
+        "\tk8s.io/kubernetes/cmd/kubectl-sdk/kubectl.go:41 +0x85\n"
+    )
+    assert clean_error(stderr) == (
+        "kustomize crashed (panic: number of previous names, number of previous namespaces "
+        "not equal)"
+    )
+    oom = "fatal error: runtime: out of memory\n\nruntime stack:\nruntime/mgc.go:1328 +0x105\n"
+    assert clean_error(oom) == "kustomize crashed (fatal error: runtime: out of memory)"

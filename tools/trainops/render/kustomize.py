@@ -157,6 +157,9 @@ def clean_error(stderr: str) -> str:
     else:
         lines = [_KLOG_PREFIX.sub("", line).strip() for line in stderr.splitlines()]
         lines = [line for line in lines if line]
-        message = next((ln for ln in lines if ln.startswith("Error:")), lines[-1] if lines else "")
+        # A Go crash ends with its stack dump: its cause is the panic or fatal error line.
+        crash = next((ln for ln in lines if ln.startswith(("panic:", "fatal error:"))), None)
+        last = f"kustomize crashed ({crash})" if crash else (lines[-1] if lines else "")
+        message = next((ln for ln in lines if ln.startswith("Error:")), last)
         message = message.removeprefix("Error:").strip()
     return " ".join(message.split()) or "no error message"
