@@ -964,3 +964,35 @@ def test_a_registries_entry_without_a_slash_ends_where_its_name_does(image):
     admitted = LOOK_ALIKES[image]
     assert (denials(docs, job) == []) is admitted, denials(docs, job)
     assert any(tenancy.from_registry(image, r) for r in profile.registries) is admitted
+
+
+PINNED = {
+    "ghcr.io/example-org/trainer:1.4": True,
+    "ghcr.io/example-org/trainer:1.4@sha256:" + "a" * 64: False,
+    "ghcr.io/example-org/trainer:1.5": False,
+    "ghcr.io/example-org/trainer@sha256:" + "b" * 64: False,
+    "registry.example.com/team/trainer@sha256:" + "c" * 64: True,
+    "registry.example.com/team/trainer@sha256:" + "c" * 64 + "x": False,
+    "registry.example.com/team/other:1": True,
+}
+
+
+@pytest.mark.parametrize("image", sorted(PINNED))
+def test_a_registries_entry_with_a_tag_admits_that_image_alone(image):
+    """Attack round 13: an entry pinning ghcr.io/example-org/trainer:1.4 admitted
+    ghcr.io/example-org/trainer:1.4@sha256:<any>, which the runtime pulls by its digest
+    alone (the tag is ignored), so any image pushed to the repository passed."""
+    entries = [
+        "ghcr.io/example-org/trainer:1.4",
+        "registry.example.com/team/trainer@sha256:" + "c" * 64,
+        "registry.example.com/team/other",
+    ]
+    profile = cluster("kueue", registries=entries)
+    docs = platform(profile)
+    assert PolicySet(docs).problems == {}
+    job = team_job("kueue")
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["containers"][0]["image"] = image
+    admitted = PINNED[image]
+    assert (denials(docs, job) == []) is admitted, denials(docs, job)
+    assert any(tenancy.from_registry(image, r) for r in profile.registries) is admitted

@@ -386,12 +386,18 @@ VOLUMES_ALLOWED = (
 )
 
 
+# CEL: the registries entry `r` names one image (tenancy.pins_an_image).
+PINS_AN_IMAGE = (
+    "r.contains('@') || (r.contains('/') && r.substring(r.lastIndexOf('/') + 1).contains(':'))"
+)
+
+
 def _from_registries(image: str) -> str:
     """CEL: `image` comes from one of the registries (tenancy.from_registry)."""
     after = " || ".join(f"{image}.startsWith(r + '{b}')" for b in REGISTRY_BOUNDARIES)
     return (
         f"variables.registries.exists(r, r.endsWith('/') ? {image}.startsWith(r) : "
-        f"({image} == r || {after}))"
+        f"({image} == r || (!({PINS_AN_IMAGE}) && ({after}))))"
     )
 
 

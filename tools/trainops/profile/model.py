@@ -215,7 +215,8 @@ FIELD_DOCS = {
     "whole nodes)",
     "image": "trainer image, pinned by tag or digest",
     "registries": "image prefixes runs may pull from: ghcr.io/acme/ (anything below it), or "
-    "ghcr.io/acme and registry.example.com, which end where their names do (default: the "
+    "ghcr.io/acme and registry.example.com, which end where their names do, or one image "
+    "by tag or digest, ghcr.io/acme/trainer:1.4, which matches only itself (default: the "
     "trainer image's repository owner)",
     "nodeAllocatable": "CPU and memory one GPU node offers pods, as `kubectl get node NODE "
     "-o jsonpath='{.status.allocatable}'` shows them: {cpu: 190, memory: 1900Gi}; training "

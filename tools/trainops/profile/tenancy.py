@@ -46,11 +46,22 @@ PLATFORM_QUEUE = "training"
 REGISTRY_BOUNDARIES = ("/", ":", "@")
 
 
+def pins_an_image(entry: str) -> bool:
+    """Whether the registries entry `entry` names one image, by tag (a ":" after its last
+    "/") or by digest: then only that reference matches. `reg/img:v1@sha256:...` pulls by
+    its digest and ignores the tag (a reference with both resolves to the digest), so a
+    tag prefix would admit any image of the repository."""
+    return "@" in entry or ("/" in entry and ":" in entry.rsplit("/", 1)[1])
+
+
 def from_registry(image: str, entry: str) -> bool:
-    """Whether `image` comes from the registries entry `entry` (a prefix ending in "/",
-    or a registry, repository or image whose name ends where the entry does)."""
+    """Whether `image` comes from the registries entry `entry`: a prefix ending in "/"
+    (anything below it), a registry or repository whose name ends where the entry does,
+    or one pinned image (pins_an_image), which matches only itself."""
     if entry.endswith("/"):
         return image.startswith(entry)
+    if pins_an_image(entry):
+        return image == entry
     return image == entry or any(image.startswith(entry + b) for b in REGISTRY_BOUNDARIES)
 
 
