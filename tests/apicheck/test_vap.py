@@ -996,3 +996,138 @@ def test_a_registries_entry_with_a_tag_admits_that_image_alone(image):
     admitted = PINNED[image]
     assert (denials(docs, job) == []) is admitted, denials(docs, job)
     assert any(tenancy.from_registry(image, r) for r in profile.registries) is admitted
+
+
+def test_rules_name_a_subresource_to_match_it():
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}}
+    for resources, sub, matched in [
+        (["pods"], "", True),
+        (["pods"], "ephemeralcontainers", False),
+        (["pods/ephemeralcontainers"], "ephemeralcontainers", True),
+        (["pods/*"], "ephemeralcontainers", True),
+        (["pods/*"], "", False),
+        (["*"], "ephemeralcontainers", False),
+        (["*/*"], "ephemeralcontainers", True),
+        (["*/ephemeralcontainers"], "ephemeralcontainers", True),
+    ]:
+        rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                "resources": resources}  # fmt: skip
+        docs = [policy([{"expression": "false"}], matchConstraints={"resourceRules": [rule]}),
+                binding()]  # fmt: skip
+        found = PolicySet(docs).denials(pod, operation="UPDATE", old=pod, subresource=sub)
+        assert bool(found) is matched, (resources, sub)
+
+
+def _running_pod() -> dict:
+    """A pod a PyTorchJob's controller made in a team namespace, as the API server holds it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "vit-worker-0",
+            "namespace": "vision",
+            "labels": {"training.kubeflow.org/job-name": "vit", "app": "vit"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "kubeflow.org/v1",
+                    "kind": "PyTorchJob",
+                    "name": "vit",
+                    "uid": "0c6b0a44-5a3f-4f53-9a3e-6b9d0f0c2a12",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            # The operator's own init container: its choice, not the registries'.
+            "initContainers": [{"name": "init-pytorch", "image": "alpine:3.10"}],
+            "containers": [{"name": "pytorch", "image": "ghcr.io/example-org/trainer:1.0.0"}],
+            "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "checkpoints"}}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        },
+    }
+
+
+def _debugger(**fields) -> dict:
+    return {"name": "debugger", "image": "ghcr.io/example-org/tools:1", **fields}
+
+
+POD_UPDATES = {
+    "finalizer-removed": (lambda p: p["metadata"].update(finalizers=[]), "", None),
+    "own-label-added": (lambda p: p["metadata"]["labels"].update(note="slow"), "", None),
+    "image-from-registries": (
+        lambda p: p["spec"]["containers"][0].update(image="ghcr.io/example-org/trainer:1.0.1"),
+        "",
+        None,
+    ),
+    "image-from-elsewhere": (
+        lambda p: p["spec"]["containers"][0].update(image="docker.io/someone/miner:1"),
+        "",
+        "an updated or ephemeral container image comes from",
+    ),
+    "debug-container": (
+        lambda p: p["spec"].update(ephemeralContainers=[_debugger()]),
+        "ephemeralcontainers",
+        None,
+    ),
+    "debug-container-from-elsewhere": (
+        lambda p: p["spec"].update(ephemeralContainers=[_debugger(image="busybox")]),
+        "ephemeralcontainers",
+        "an updated or ephemeral container image comes from",
+    ),
+    "debug-container-privileged": (
+        lambda p: p["spec"].update(
+            ephemeralContainers=[_debugger(securityContext={"privileged": True})]
+        ),
+        "ephemeralcontainers",
+        "an ephemeral container takes no privilege",
+    ),
+    "debug-container-reading-every-checkpoint": (
+        lambda p: p["spec"].update(
+            ephemeralContainers=[_debugger(volumeMounts=[{"name": "ckpt", "mountPath": "/c"}])]
+        ),
+        "ephemeralcontainers",
+        "an ephemeral container takes no privilege",
+    ),
+    "another-jobs-label": (
+        lambda p: p["metadata"]["labels"].update({"training.kubeflow.org/job-name": "other"}),
+        "",
+        "a pod's update sets none of its controller's labels",
+    ),
+    "toleration-of-every-taint": (
+        lambda p: p["spec"]["tolerations"].append({"operator": "Exists"}),
+        "",
+        "a pod's update adds no toleration of every taint",
+    ),
+}
+
+
+@pytest.mark.parametrize("update", sorted(POD_UPDATES))
+def test_what_an_update_changes_on_a_team_pod_is_checked(update):
+    """Attack round 13: `trainops-runs` matched pods on CREATE only, so `kubectl set image`
+    or `kubectl debug` on a job's running pod ran any image, privileged, with the whole
+    checkpoint claim. Mocked API server request: the old object and the user cannot exist
+    offline."""
+    docs = platform(cluster("kueue"))
+    assert PolicySet(docs).problems == {}
+    old = _running_pod()
+    new = copy.deepcopy(old)
+    change, subresource, message = POD_UPDATES[update]
+    change(new)
+    found = [
+        d.message
+        for d in PolicySet(docs).denials(
+            new, operation="UPDATE", old=old, user="alice@example.com", subresource=subresource
+        )
+    ]
+    if message is None:
+        assert found == [], found
+    else:
+        assert len(found) == 1 and found[0].startswith(message), found
+    # The operator's own updates are its own.
+    operator = overlay.job_controllers(cluster("kueue"))[0]
+    assert (
+        PolicySet(docs).denials(
+            new, operation="UPDATE", old=old, user=operator, subresource=subresource
+        )
+        == []
+    )

@@ -7,10 +7,10 @@ resources they match. `PolicySet.denials(obj)` then answers what the API server
 would answer to a request creating `obj`:
 
 - a policy applies when its `matchConstraints` and the binding's `matchResources`
-  match the request (resource rules by API group, version, plural resource and
-  operation; namespace and object selectors, the namespace's labels taken from the
-  render, `kubernetes.io/metadata.name` included; exclusions), then every
-  `matchCondition` holds;
+  match the request (resource rules by API group, version, plural resource or
+  `resource/subresource`, and operation; namespace and object selectors, the
+  namespace's labels taken from the render, `kubernetes.io/metadata.name` included;
+  exclusions), then every `matchCondition` holds;
 - the binding's `paramRef` picks the parameters: by name, or by selector, in its
   namespace or (for a namespaced parameter kind) in the request's namespace; none
   found is `parameterNotFoundAction` (Deny: the policy's failure policy applies);
@@ -182,11 +182,13 @@ class PolicySet:
         operation: str = "CREATE",
         old: dict[str, Any] | None = None,
         user: str = OFFLINE_USER["username"],
+        subresource: str = "",
     ) -> list[Denial]:
-        """Every binding that refuses `user`'s request for `obj` (empty: admitted). What
-        a render holds is applied by a person or Argo CD, never by a controller: the
-        default user is neither."""
-        request = self._request(obj, operation, user)
+        """Every binding that refuses `user`'s request for `obj` (empty: admitted), made
+        to `subresource` of it if given (an UPDATE of pods/ephemeralcontainers carries
+        the whole pod). What a render holds is applied by a person or Argo CD, never by a
+        controller: the default user is neither."""
+        request = self._request(obj, operation, user, subresource)
         namespace = _namespace(obj)
         namespace_obj = self._namespace_object(namespace) if namespace else None
         found: list[Denial] = []
@@ -298,7 +300,9 @@ class PolicySet:
             return [o for o in candidates if selector_matches(selector, _labels(o))]
         return []
 
-    def _request(self, obj: dict[str, Any], operation: str, user: str) -> dict[str, Any]:
+    def _request(
+        self, obj: dict[str, Any], operation: str, user: str, subresource: str = ""
+    ) -> dict[str, Any]:
         group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
         kind = str(obj.get("kind", ""))
         request = {
@@ -309,6 +313,8 @@ class PolicySet:
             "userInfo": {**OFFLINE_USER, "username": user},
             "dryRun": False,
         }
+        if subresource:
+            request["subResource"] = subresource
         if _namespace(obj):
             request["namespace"] = _namespace(obj)
         return request
@@ -375,13 +381,27 @@ def _rule_matches(rule: Any, request: dict[str, Any], obj: dict[str, Any]) -> bo
     def among(values: Any, value: str) -> bool:
         return any(v in ("*", value) for v in _list(values))
 
+    def resource_among(values: Any) -> bool:
+        # "pods" is the resource alone, "pods/x" one subresource, "pods/*" all of them;
+        # "*" every resource and "*/*" every resource and subresource.
+        name, sub = resource["resource"], request.get("subResource", "")
+        wanted = f"{name}/{sub}" if sub else name
+        for v in _list(values):
+            v = str(v)
+            if v in (wanted, "*/*") or (v == "*" and not sub):
+                return True
+            head, _, tail = v.partition("/")
+            if sub and tail and (head in ("*", name)) and tail in ("*", sub):
+                return True
+        return False
+
     names = _list(rule.get("resourceNames"))
     scope = rule.get("scope", "*")
     namespaced = bool(_namespace(obj))
     return (
         among(rule.get("apiGroups"), resource["group"])
         and among(rule.get("apiVersions"), resource["version"])
-        and among(rule.get("resources"), resource["resource"])
+        and resource_among(rule.get("resources"))
         and among(rule.get("operations"), request["operation"])
         and (not names or request["name"] in names)
         and (scope == "*" or (scope == "Namespaced") == namespaced)

@@ -47,7 +47,13 @@ container) is theirs to choose.
   priorityClassName (the queue's label is the priority);
 - its pods keep the cluster's default network (no v1.multus-cni.io/default-network).
 
-A second policy, `trainops-runs-network`, keeps the jobs of a tenant namespace apart:
+A pod's update can still change its containers' images, its labels and tolerations and
+add ephemeral containers: `trainops-runs-pod-updates` checks what such an update changes
+(the image's registry; an ephemeral container's privilege, GPUs, keys and checkpoint
+mounts; a controller's label; a toleration of every taint), so `kubectl set image` or
+`kubectl debug` on a job's pod meets the gate its template met.
+
+Another policy, `trainops-runs-network`, keeps the jobs of a tenant namespace apart:
 a NetworkPolicy there opens a job's pods to that job's pods only (or the metrics port to
 all) and isolates no egress.
 
@@ -89,8 +95,8 @@ VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 
 
 # Kinds whose pods the queue admits, by API group; the Kubeflow ones as the profile
-# installs them. Pods are checked when made (their spec cannot change afterwards, and
-# a refused status or finalizer update would leave them stuck).
+# installs them. Pods are checked when made; what their updates can change, by
+# `trainops-runs-pod-updates` (a refused finalizer update would leave them stuck).
 QUEUED = ("Job", "CronJob", "JobSet", "PyTorchJob", "MPIJob", "TrainJob")
 UNQUEUED = {"": ["pods"], "apps": ["deployments", "statefulsets", "replicasets", "daemonsets"]}
 # A controller owner of these kinds made the object from a template the policy checked.
@@ -853,6 +859,135 @@ def _network_policy(annotations: dict[str, str]) -> list[dict[str, Any]]:
     return [policy, binding]
 
 
+POD_UPDATES = "trainops-runs-pod-updates"
+# What a pod's update can still change (kubernetes v1.35 pkg/apis/core/validation,
+# ValidatePodUpdate: container images, added tolerations, labels;
+# ValidatePodEphemeralContainersUpdate: ephemeral containers, added through the
+# pods/ephemeralcontainers subresource and never removed). `o` is the old pod's
+# container of the same name.
+_IMAGE_KEPT = "oldObject.spec.{list}.exists(o, o.name == c.name && o.image == c.image)"
+_CHANGED_IMAGES_APPROVED = " && ".join(
+    f"(!has(object.spec.{name}) || object.spec.{name}.all(c, "
+    f"(has(oldObject.spec.{name}) && {_IMAGE_KEPT.format(list=name)}) || "
+    f"(has(c.image) && {_from_registries('c.image')})))"
+    for name in ("containers", "initContainers")
+)
+# Ephemeral containers may not set subPath or subPathExpr (validateEphemeralContainers), so
+# one mounting the checkpoint claim's volume sees every run's directory.
+_NEW_EPHEMERAL = (
+    "(has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"
+    ".filter(c, !has(oldObject.spec.ephemeralContainers) || "
+    "!oldObject.spec.ephemeralContainers.exists(o, o.name == c.name))"
+)
+_NO_CHECKPOINT_MOUNT = (
+    "!has(c.volumeMounts) || !has(object.spec.volumes) || c.volumeMounts.all(m, "
+    "!object.spec.volumes.exists(v, v.name == m.name && has(v.persistentVolumeClaim) && "
+    f"v.persistentVolumeClaim.claimName == '{CHECKPOINT_CLAIM}'))"
+)
+_CHANGED_LABELS = (
+    "(has(object.metadata.labels) ? object.metadata.labels : {}).filter(k, "
+    "!has(oldObject.metadata.labels) || !(k in oldObject.metadata.labels) || "
+    "oldObject.metadata.labels[k] != object.metadata.labels[k])"
+)
+_ADDED_TOLERATIONS = (
+    "(has(object.spec.tolerations) ? object.spec.tolerations : []).filter(t, "
+    "!has(oldObject.spec.tolerations) || !oldObject.spec.tolerations.exists(o, o == t))"
+)
+
+
+def _pod_updates(annotations: dict[str, str], controllers: list[str]) -> list[dict[str, Any]]:
+    """The gate on updates of pods in tenant namespaces: `trainops-runs` checks a pod when
+    it is made (by its owner's template when a controller makes it) and matches no pod
+    update, since a refused finalizer or label update by a controller would leave a pod
+    stuck. What an update can still change is checked here, and only what it changes: a
+    container's image (`kubectl set image` on a job's pod), an ephemeral container
+    (`kubectl debug`: any image, privilege, the whole checkpoint claim), a controller's
+    label (another job's Service selects by them) and an added toleration of every taint."""
+    users = "[" + ", ".join(f"'{u}'" for u in [*KUBE_JOB_CONTROLLERS, *controllers]) + "]"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": POD_UPDATES, "annotations": annotations},
+        "spec": {
+            "failurePolicy": "Fail",
+            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["*"],
+                        "operations": ["UPDATE"],
+                        "resources": ["pods", "pods/ephemeralcontainers"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {
+                    "name": "not-from-a-job-controller",
+                    "expression": f"!(request.userInfo.username in {users})",
+                }
+            ],
+            "variables": [
+                {"name": "registries", "expression": "params.data.registries.split(',')"},
+                {"name": "ephemeral", "expression": _NEW_EPHEMERAL},
+            ],
+            "validations": [
+                {
+                    "expression": _CHANGED_IMAGES_APPROVED
+                    + " && variables.ephemeral.all(c, has(c.image) && "
+                    + _from_registries("c.image")
+                    + ")",
+                    "messageExpression": "'an updated or ephemeral container image comes from ' "
+                    "+ params.data.registries",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": f"variables.ephemeral.all(c, ({UNPRIVILEGED}) && "
+                    f"({NO_VISIBLE_DEVICES}) && ({_NO_CHECKPOINT_MOUNT}) && "
+                    f"(!has(c.env) || c.env.all(e, {ENV_NAMES_NO_KEY})) && "
+                    "(!has(c.envFrom) || c.envFrom.all(f, !has(f.secretRef) || "
+                    f"!has(f.secretRef.name) || {_not_a_key('f.secretRef.name')})))",
+                    "message": "an ephemeral container takes no privilege, no GPUs by "
+                    f"{VISIBLE_DEVICES}, no job's SSH key and no mount of the "
+                    f"{CHECKPOINT_CLAIM} claim (it cannot take a subPath, so it would see every "
+                    "run's checkpoints)",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": NO_CONTROLLER_LABELS.format(labels=_CHANGED_LABELS),
+                    "message": "a pod's update sets none of its controller's labels "
+                    f"({', '.join(CONTROLLER_LABEL_PREFIXES)}...): the services of another job "
+                    "select its pods by them",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": f"{_ADDED_TOLERATIONS}.all(t, (has(t.key) && t.key != '') || "
+                    "!has(t.operator) || t.operator != 'Exists')",
+                    "message": "a pod's update adds no toleration of every taint (an empty key "
+                    "with operator Exists keeps it on nodes kept for others)",
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": POD_UPDATES, "annotations": annotations},
+        "spec": {
+            "policyName": POD_UPDATES,
+            "validationActions": ["Deny"],
+            "paramRef": {"name": PARAMS, "parameterNotFoundAction": "Deny"},
+            "matchResources": {
+                "namespaceSelector": {
+                    "matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]
+                }
+            },
+        },
+    }
+    return [policy, binding]
+
+
 def documents(p: ClusterProfile, controllers: list[str]) -> list[dict[str, Any]]:
     annotations = {"argocd.argoproj.io/sync-wave": "-1"}
     policy = {
@@ -886,4 +1021,9 @@ def documents(p: ClusterProfile, controllers: list[str]) -> list[dict[str, Any]]
             },
         },
     }
-    return [policy, binding, *_network_policy(annotations)]
+    return [
+        policy,
+        binding,
+        *_pod_updates(annotations, controllers),
+        *_network_policy(annotations),
+    ]
