@@ -88,6 +88,10 @@ def report(result: WriteResult) -> None:
 @click.option("--gid-index", type=int, help=FIELD_DOCS["gidIndex"])
 @click.option("--rdma-resource", help=FIELD_DOCS["rdmaResource"])
 @click.option("--rdma-per-pod", type=int, help=FIELD_DOCS["rdmaPerPod"])
+@click.option(
+    "--pf-names", multiple=True, help=FIELD_DOCS["pfNames"] + " (repeat or comma-separate)"
+)
+@click.option("--nic-device-id", help=FIELD_DOCS["nicDeviceId"])
 @click.option("--storage-class", help=FIELD_DOCS["storageClass"])
 @click.option("--scheduler", type=click.Choice(SCHEDULERS), help=FIELD_DOCS["scheduler"])
 @click.option("--queue", help=FIELD_DOCS["queue"])
@@ -188,6 +192,7 @@ def _values_from_flags(flags: dict) -> dict:
         "rdma_provider": "rdmaProvider",
         "ofed": "ofed",
         "monitoring": "monitoring",
+        "nic_device_id": "nicDeviceId",
     }
     values = {}
     for flag, key in names.items():
@@ -196,6 +201,9 @@ def _values_from_flags(flags: dict) -> dict:
     hca = [device for entry in flags.get("hca") or () for device in entry.split(",") if device]
     if hca:
         values["hca"] = hca
+    pf_names = [name for entry in flags.get("pf_names") or () for name in entry.split(",") if name]
+    if pf_names:
+        values["pfNames"] = pf_names
     installed = [
         part for entry in flags.get("installed") or () for part in entry.split(",") if part
     ]

@@ -69,6 +69,8 @@ def _device_plugin(p: ClusterProfile) -> tuple[str, dict[str, Any]]:
         # The VFs of the RDMA NICs: one advertised device per VF.
         selectors: dict[str, Any] = {"vendors": [MELLANOX], "isRdma": True}
         selectors["linkTypes"] = ["infiniband"] if p.fabric == "ib" else ["ether"]
+        if p.pfNames:
+            selectors["pfNames"] = list(p.pfNames)
         config = {
             "resourceList": [
                 {"resourcePrefix": prefix, "resourceName": name, "selectors": selectors}
@@ -132,6 +134,17 @@ def nic_cluster_policy(p: ClusterProfile) -> dict[str, Any]:
     }
 
 
+def _nic_selector(p: ClusterProfile) -> dict[str, Any]:
+    """The NICs that get VFs: the profile's pfNames and nicDeviceId, else every NIC of the
+    vendor (front-end and storage NICs too, whose VFs would join the training pool)."""
+    selector: dict[str, Any] = {"vendor": MELLANOX}
+    if p.nicDeviceId:
+        selector["deviceID"] = p.nicDeviceId
+    if p.pfNames:
+        selector["pfNames"] = list(p.pfNames)
+    return selector
+
+
 def sriov_documents(p: ClusterProfile) -> list[dict[str, Any]]:
     _, name = resource_parts(p)
     config = {
@@ -158,7 +171,7 @@ def sriov_documents(p: ClusterProfile) -> list[dict[str, Any]]:
             "nodeSelector": GPU_NODES,
             # One VF on each RDMA NIC (rail): a pod takes rdmaPerPod of them.
             "numVfs": 1,
-            "nicSelector": {"vendor": MELLANOX},
+            "nicSelector": _nic_selector(p),
             "deviceType": "netdevice",
             "isRdma": True,
             "linkType": "ib" if p.fabric == "ib" else "eth",

@@ -69,6 +69,8 @@ class ClusterProfile:
     rdmaResource: str = ""
     rdmaPerPod: int = 1
     pkey: str = ""
+    pfNames: list[str] = field(default_factory=list)
+    nicDeviceId: str = ""
     gpudirect: str = ""
     gpuProduct: str = ""
     topologyKey: str = "kubernetes.io/hostname"
@@ -183,6 +185,11 @@ FIELD_DOCS = {
     "rail, each attached as its own interface (net1, net2, ...)",
     "pkey": "InfiniBand partition key of the ib-sriov network; only ib-kubernetes applies it "
     "(ib-sriov-cni alone ignores it)",
+    "pfNames": "host interfaces (physical functions) of the RDMA NICs whose VFs the SR-IOV "
+    "network uses, one per rail (default: every NIC of vendor 15b3, front-end and storage "
+    "NICs included)",
+    "nicDeviceId": "PCI device ID of those NICs' physical functions, e.g. 1021 for "
+    "ConnectX-7 (sriov-network-operator only; default: any)",
     "gpudirect": "GPUDirect RDMA: dmabuf (open kernel modules), peermem (legacy, host "
     "MOFED) or none",
     "rdmaProvider": "who installs the RDMA stack: network-operator (NicClusterPolicy), "
@@ -254,6 +261,8 @@ FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "rdmaResource": str,
     "rdmaPerPod": int,
     "pkey": str,
+    "pfNames": list,
+    "nicDeviceId": str,
     "gpudirect": str,
     "gpusPerNode": int,
     "nodes": int,
@@ -411,6 +420,7 @@ def _check(p: ClusterProfile, fail) -> None:
             raise fail("gpudirect", "GPUDirect RDMA needs an RDMA fabric (roce, ib)")
     if p.pkey and network != "ib-sriov":
         raise fail("pkey", "only applies to the ib-sriov network")
+    _check_nic_selection(p, network, fail)
     if p.gidIndex is not None and p.fabric != "roce":
         raise fail("gidIndex", "only applies to RoCE")
     if p.gidIndex is not None and not 0 <= p.gidIndex <= 255:
@@ -497,6 +507,37 @@ def _check(p: ClusterProfile, fail) -> None:
             raise fail(f"nccl.{key}", "NCCL variables are named NCCL_*")
         if not isinstance(value, str | int):
             raise fail(f"nccl.{key}", "must be a string or a number")
+
+
+def _check_nic_selection(p: ClusterProfile, network: str, fail: Any) -> None:
+    """pfNames and nicDeviceId narrow which NICs get VFs; refused where nothing reads them."""
+    for key in ("pfNames", "nicDeviceId"):
+        if not getattr(p, key):
+            continue
+        if network not in SRIOV_NETWORKS:
+            raise fail(key, "only applies to SR-IOV networks (sriov-roce, ib-sriov)")
+        if p.rdmaProvider == "preinstalled":
+            raise fail(
+                key,
+                "nothing applies it with rdmaProvider preinstalled (the hosts made the VFs): "
+                "use network-operator or sriov-network-operator, or leave it out",
+            )
+    for name in p.pfNames:
+        # An interface name: at most 15 bytes (IFNAMSIZ), no "/" or blank.
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.:-]{1,15}", name):
+            raise fail("pfNames", f"{name!r} is not an interface name like ibp12s0 or ens1f0")
+    if len(set(p.pfNames)) != len(p.pfNames):
+        raise fail("pfNames", "names an interface twice")
+    if p.nicDeviceId:
+        if not re.fullmatch(r"[0-9a-f]{4}", p.nicDeviceId):
+            raise fail("nicDeviceId", f"{p.nicDeviceId!r} is not a PCI device ID like 1021")
+        if p.rdmaProvider != "sriov-network-operator":
+            raise fail(
+                "nicDeviceId",
+                "only sriov-network-operator selects physical functions by device ID (the "
+                "Network Operator's SR-IOV device plugin sees the VFs, whose ID differs): "
+                "use pfNames",
+            )
 
 
 def _check_installed(p: ClusterProfile, fail) -> None:
