@@ -391,10 +391,15 @@ def _capacity(config: dict[str, Any]) -> int | None:
     title="A training network's address range holds the pods that attach it",
     why="whereabouts hands out the addresses of the range (without its network and broadcast "
     "addresses and the excluded ones); once they are gone it fails the pod's sandbox ('Could "
-    "not allocate IP in range'). A job with more attaching pods than the range holds never "
-    "has all its ranks: the gang waits forever.",
-    fix="Widen the range (a /24 or larger per training network), or drop exclusions.",
-    kinds=("NetworkAttachmentDefinition",),
+    "not allocate IP in range'). A job with more attachments than the range holds (a pod on "
+    "an SR-IOV network attaches it once per VF) never has all its ranks: the gang waits "
+    "forever. A run is rendered apart from the network it attaches, so its job is checked "
+    "against the platform's range; what every run together may take is bounded by the "
+    "cluster (the profile's ipRange must hold an address per attachment of every pod the "
+    "quotas admit, and new-cluster and set refuse one that does not).",
+    fix="Widen the range (a /24 or larger per training network, more on large multi-rail "
+    "clusters), or drop exclusions.",
+    kinds=("NetworkAttachmentDefinition", *sorted(POD_KINDS)),
     source="https://github.com/k8snetworkplumbingwg/whereabouts/blob/v0.9.4/pkg/allocate/allocate.go#L21",
     when={
         "error": "one job attaches more pods than the range holds",
@@ -402,10 +407,10 @@ def _capacity(config: dict[str, Any]) -> int | None:
     },
 )
 def nad_ipam_capacity(doc: Document, ctx: Context) -> Iterator[Violation]:
-    config, _ = multus.config(doc.obj)
-    if config is None:
+    if doc.kind != "NetworkAttachmentDefinition":
+        yield from _job_against_platform_ranges(doc, ctx)
         return
-    capacity = _capacity(config)
+    capacity = _nad_capacity(doc, ctx)
     if capacity is None:
         return
     counts = ctx.memo("nad-attachments", lambda: _attachments(ctx))
@@ -423,8 +428,38 @@ def nad_ipam_capacity(doc: Document, ctx: Context) -> Iterator[Violation]:
         )
 
 
+def _nad_capacity(nad: Document, ctx: Context) -> int | None:
+    def compute() -> int | None:
+        config, _ = multus.config(nad.obj)
+        return None if config is None else _capacity(config)
+
+    return ctx.memo(("nad-capacity", id(nad)), compute)
+
+
+def _job_against_platform_ranges(job: Document, ctx: Context) -> Iterator[Violation]:
+    """A job whose network is not in its render (a run's, checked with the platform): its
+    own attachments against that network's range."""
+    if not ctx.has_platform:
+        return
+    own = ctx.memo("render-document-ids", lambda: {id(d) for d in ctx.documents})
+    per_nad: dict[int, tuple[Document, int]] = {}
+    for pod in ctx.pods(job):
+        for _, nad in common.attached_nads(pod, ctx):
+            if nad is not None and id(nad) not in own:
+                count = per_nad.get(id(nad), (nad, 0))[1]
+                per_nad[id(nad)] = (nad, count + (pod.replicas or 1))
+    for nad, attachments in per_nad.values():
+        capacity = _nad_capacity(nad, ctx)
+        if capacity is not None and attachments > capacity:
+            yield Violation(
+                f"the job's pods attach {nad.name} ({nad.namespace or 'default'}) "
+                f"{attachments} times; its range holds {capacity} addresses",
+                ("metadata", "name"),
+            )
+
+
 def _attachments(ctx: Context) -> dict[int, tuple[int, int]]:
-    """id(NAD) -> (pods of the job attaching it most, pods of all jobs attaching it)."""
+    """id(NAD) -> (attachments of the job attaching it most, attachments of all jobs)."""
     out: dict[int, tuple[int, int]] = {}
     for job in ctx.of_kind(*POD_KINDS):
         per_nad: dict[int, int] = {}

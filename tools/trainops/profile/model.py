@@ -175,7 +175,9 @@ FIELD_DOCS = {
     "network": "NetworkAttachmentDefinition type (default: macvlan for tcp, sriov-roce for "
     "roce, ib-sriov for ib; host-device also possible)",
     "nic": "host interface for macvlan (master) or host-device (device)",
-    "ipRange": "whereabouts IPAM range (CIDR) of the training network",
+    "ipRange": "whereabouts IPAM range (CIDR) of the training network; it must hold an "
+    "address per attachment of every pod the quotas admit (usable nodes x rdmaPerPod on "
+    "SR-IOV networks; default: a /24, or twice that many addresses on larger clusters)",
     "hca": "RDMA devices NCCL may use, matched exactly (NCCL_IB_HCA); only for shared "
     "devices (host-device, macvlan networks): a pod on an SR-IOV network sees only its own "
     "VFs, whose names differ from the host's",
@@ -484,10 +486,7 @@ def _check(p: ClusterProfile, fail) -> None:
     if not digest and (not tag or tag == "latest"):
         raise fail("image", "pin the trainer image to a release tag or a digest, not latest")
     if p.ipRange:
-        try:
-            ipaddress.ip_network(p.ipRange)
-        except ValueError:
-            raise fail("ipRange", f"{p.ipRange!r} is not a CIDR range") from None
+        _check_address_range(p, network, fail)
     for key in ("checkpointSize", "memoryPerPod", "shmSize"):
         value = getattr(p, key)
         if value and not _QUANTITY.match(value):
@@ -538,6 +537,54 @@ def _check_nic_selection(p: ClusterProfile, network: str, fail: Any) -> None:
                 "Network Operator's SR-IOV device plugin sees the VFs, whose ID differs): "
                 "use pfNames",
             )
+
+
+def attachments_per_pod(p: ClusterProfile, network: str) -> int:
+    """Addresses a training pod takes from the range: one per attachment, and on SR-IOV
+    networks a pod attaches the network once per VF (rail)."""
+    return p.rdmaPerPod if network in SRIOV_NETWORKS else 1
+
+
+def addresses_at_full_use(p: ClusterProfile, network: str) -> int:
+    """Addresses the training pods hold when the quotas are fully used: one pod per node
+    (a pod takes every GPU of its node), on every node the quotas hand out."""
+    return p.usable_nodes * attachments_per_pod(p, network)
+
+
+def range_capacity(cidr: str) -> int:
+    """Addresses whereabouts hands out from a range: all but the network and broadcast
+    addresses of an IPv4 range (pkg/allocate, v0.9.4)."""
+    net = ipaddress.ip_network(cidr, strict=False)
+    return max(0, net.num_addresses - 2) if net.version == 4 else net.num_addresses
+
+
+def _check_address_range(p: ClusterProfile, network: str, fail) -> None:
+    try:
+        ipaddress.ip_network(p.ipRange)
+    except ValueError:
+        raise fail("ipRange", f"{p.ipRange!r} is not a CIDR range") from None
+    needed = addresses_at_full_use(p, network)
+    holds = range_capacity(p.ipRange)
+    if holds < needed:
+        per_pod = attachments_per_pod(p, network)
+        raise fail(
+            "ipRange",
+            f"{p.ipRange} holds {holds} addresses, and jobs on the {p.usable_nodes} nodes the "
+            f"quotas hand out take {needed} ({per_pod} per pod): the pods past the last "
+            f"address never start (whereabouts: 'Could not allocate IP in range'); use a "
+            f"/{default_prefix(needed)} or larger",
+        )
+
+
+def default_prefix(needed: int) -> int:
+    """The IPv4 prefix of the default range: a /24, or the smallest that holds twice the
+    addresses the cluster's pods take at full use. The headroom is for addresses
+    whereabouts has not reclaimed yet: a pod on a failed node is deleted without its CNI
+    DEL, and its address stays allocated until the ip-reconciler runs."""
+    prefix = 24
+    while prefix > 8 and (1 << (32 - prefix)) - 2 < 2 * needed:
+        prefix -= 1
+    return prefix
 
 
 def _check_installed(p: ClusterProfile, fail) -> None:
@@ -628,9 +675,11 @@ def _check_fabric(p: ClusterProfile, network: str, fail) -> None:
 def _fill_defaults(p: ClusterProfile) -> None:
     p.network = p.network or NETWORKS[p.fabric][0]
     if not p.ipRange:
-        p.ipRange = {"tcp": "192.168.100.0/24", "roce": "192.168.200.0/24"}.get(
-            p.fabric, "192.168.30.0/24"
-        )
+        base = {"tcp": "192.168.100.0", "roce": "192.168.200.0"}.get(p.fabric, "192.168.30.0")
+        prefix = default_prefix(addresses_at_full_use(p, p.network))
+        if prefix <= 16:
+            base = "10.0.0.0"  # more than 192.168.0.0/16 holds
+        p.ipRange = str(ipaddress.ip_network(f"{base}/{prefix}", strict=False))
     if not p.gpudirect:
         p.gpudirect = "dmabuf" if p.rdma else "none"
     cpu, memory = pod_defaults(p.node)
