@@ -60,6 +60,20 @@ def test_new_cluster_writes_an_overlay_that_validates_and_argo_cd_picks_up(train
     assert "overlays/gpu-east" in apps
 
 
+@pytest.mark.parametrize("fabric", ["tcp", "roce"])
+def test_new_cluster_without_a_gpu_product_validates_without_warnings(trainops, workspace, fabric):
+    """Issue 43 item 8: the pods select GPU nodes by the GPU Operator's gpu.present label."""
+    tcp = ["--fabric", "tcp", "--nic", "eth1", *ROCE[2:6], *ROCE[12:]]
+    flags = tcp if fabric == "tcp" else ROCE
+    assert "--gpu-product" not in flags
+    assert trainops("new-cluster", "any-gpu", *flags, cwd=workspace).code == 0
+    report = validate_clean(trainops, workspace, "overlays/any-gpu")
+    warnings = [f["rule"] for f in report["findings"] if f["severity"] == "warning"]
+    assert warnings == []
+    job = (workspace / "overlays/any-gpu/training/cluster/torchrun.yaml").read_text()
+    assert "nvidia.com/gpu.present" in job
+
+
 def test_new_cluster_twice_with_the_same_flags_changes_nothing(trainops, workspace):
     assert trainops("new-cluster", "gpu-east", *ROCE, cwd=workspace).code == 0
     commit(workspace, "add gpu-east")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trainops.profile.model import ClusterProfile
+from trainops.profile.model import GPU_NODES, ClusterProfile
 
 NVIDIA_REPOSITORY = "nvcr.io/nvidia/mellanox"
 NETWORK_OPERATOR_RELEASE = "network-operator-v26.4.1"  # component images of that release
@@ -34,7 +34,6 @@ SRIOV_NAMESPACE = "sriov-network-operator"
 NETWORK_OPERATOR_NAMESPACE = "nvidia-network-operator"
 UFM_SECRET = "ufm-secret"  # UFM credentials for ib-kubernetes: created outside Git
 MELLANOX = "15b3"
-GPU_NODES = {"nvidia.com/gpu.present": "true"}
 WAVE = {
     "argocd.argoproj.io/sync-wave": "-1",
     "argocd.argoproj.io/sync-options": "SkipDryRunOnMissingResource=true",

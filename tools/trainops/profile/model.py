@@ -35,6 +35,8 @@ SCHEDULERS = ("default", "kueue", "volcano")
 GPUDIRECT = ("dmabuf", "peermem", "none")
 PLACEMENTS = ("pack", "spread")
 MPI_OPERATORS = ("training-operator", "mpi-operator", "none")
+# The label the GPU Operator's feature discovery puts on every node with an NVIDIA GPU.
+GPU_NODES = {"nvidia.com/gpu.present": "true"}
 TRAINERS = ("v1", "v2", "both")
 # Who installs the RDMA stack: the overlay (one of the operators) or the hosts.
 RDMA_PROVIDERS = ("network-operator", "sriov-network-operator", "preinstalled")
@@ -155,6 +157,13 @@ class ClusterProfile:
 
         declared = parse_allocatable(self.nodeAllocatable, fail)
         return declared or stand_in(self.gpuProduct, self.gpusPerNode)
+
+    @property
+    def gpu_node_selector(self) -> dict[str, str]:
+        """The nodeSelector of pods that need this cluster's GPUs: the product, else any GPU."""
+        if self.gpuProduct:
+            return {"nvidia.com/gpu.product": self.gpuProduct}
+        return dict(GPU_NODES)
 
     @property
     def image_name(self) -> str:

@@ -407,10 +407,9 @@ def _gpu_health_patch(p: ClusterProfile) -> dict[str, Any]:
                 "env": [{"name": "DIAG_LEVEL", "value": str(health.level)}],
                 "resources": {"limits": {"nvidia.com/gpu": p.gpusPerNode}},
             }
-        ]
+        ],
+        "nodeSelector": p.gpu_node_selector,
     }
-    if p.gpuProduct:
-        pod["nodeSelector"] = {"nvidia.com/gpu.product": p.gpuProduct}
     job: dict[str, Any] = {
         "spec": {
             "completions": p.nodes,

@@ -619,9 +619,7 @@ def _pod_patch(
     container_patch["volumeMounts"] = [
         {"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT, "subPathExpr": "$(TRAINER_JOB_NAME)"}
     ]
-    spec: dict[str, Any] = {}
-    if p.gpuProduct:
-        spec["nodeSelector"] = {"nvidia.com/gpu.product": p.gpuProduct}
+    spec: dict[str, Any] = {"nodeSelector": p.gpu_node_selector}
     spec.update(_placement(p, job_label))
     spec["containers"] = [container_patch]
     spec["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": p.shmSize}}]
