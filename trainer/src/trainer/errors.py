@@ -39,7 +39,7 @@ EXIT_CODE_DOCS = {
     ExitCode.OUT_OF_MEMORY: "host or GPU memory ran out: not retried",
     ExitCode.RETRIES_EXHAUSTED: "retried failures kept coming without a new checkpoint: "
     "not retried",
-    ExitCode.HANG: "a step exceeded the watchdog timeout: retried",
+    ExitCode.HANG: "a step or a collective ran past its timeout (a hang): retried",
     ExitCode.PEER_LOST: "another rank disappeared during a collective: retried",
     ExitCode.LOCKED: "an earlier launch of this job still holds the checkpoint directory: retried",
     ExitCode.FAULT: "GPU, driver or NCCL fault: retried",

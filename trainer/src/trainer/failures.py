@@ -116,6 +116,14 @@ def _patterns(cause: Cause | None, *texts: str) -> list[Pattern]:
     return [Pattern(text, cause) for text in texts]
 
 
+# A rank's process group timed out while it waited in a collective (NCCL's watchdog,
+# gloo's pair): the rank it waited for is the one that is stuck.
+WAITED_IN_A_COLLECTIVE = (
+    "Watchdog caught collective operation timeout",
+    "for recv operation to complete",
+    "for send operation to complete",
+)
+
 # First match per line wins: out of memory before the CUDA error it is reported as,
 # a device-side assert (an index out of range in the program) before other CUDA errors.
 BUILTIN_PATTERNS: tuple[Pattern, ...] = (
@@ -151,13 +159,7 @@ BUILTIN_PATTERNS: tuple[Pattern, ...] = (
         "ncclInternalError",
         "NET/IB : Got completion",
     ),
-    *_patterns(
-        HANG,
-        "Watchdog caught collective operation timeout",
-        "ProcessGroupNCCL's watchdog got stuck",
-        "for recv operation to complete",
-        "for send operation to complete",
-    ),
+    *_patterns(HANG, *WAITED_IN_A_COLLECTIVE, "ProcessGroupNCCL's watchdog got stuck"),
     *_patterns(
         RENDEZVOUS,
         "RendezvousTimeoutError",

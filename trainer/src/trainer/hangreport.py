@@ -35,6 +35,7 @@ from pathlib import Path
 
 ENV = "TRAINER_HANG_REPORT_DIR"
 FIRED = "its watchdog"  # `RankState.ended_by` of a rank whose own watchdog fired
+STALLED = "no progress"  # of a rank trainer-launch saw stop beating (trainer.progress)
 _DECLARATION = "hang.json"
 _SIGTERM_STACKS = ".sigterm-stacks"
 
@@ -207,12 +208,13 @@ def verdict(states: list[RankState], silent: Sequence[int] = ()) -> str:
         return (
             f"culprit: {_ranks(culprits)}, {why}, while {_ranks(waiting)} {verb} for {whom} in one"
         )
-    fired = [state.rank for state in states if not state.collective and state.ended_by == FIRED]
-    if fired:
-        return (
-            f"culprit: {_ranks(fired)}, whose watchdog fired outside any collective: "
-            "stuck in its own work (data loading, compute, I/O)"
-        )
+    for ended_by, how in ((FIRED, "whose watchdog fired"), (STALLED, "which stopped beating")):
+        fired = [s.rank for s in states if not s.collective and s.ended_by == ended_by]
+        if fired:
+            return (
+                f"culprit: {_ranks(fired)}, {how} outside any collective: "
+                "stuck in its own work (data loading, compute, I/O)"
+            )
     if waiting:
         return (
             "culprit: not on this node: every rank that reported waits in a collective, "

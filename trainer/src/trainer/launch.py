@@ -45,11 +45,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainer import hangreport, warmstart
+from trainer import hangreport, progress, warmstart
 from trainer.errors import ExitCode
 from trainer.failures import (
     BUILTIN_PATTERNS,
+    HANG,
     TERMINATED,
+    WAITED_IN_A_COLLECTIVE,
     Ending,
     Pattern,
     PatternError,
@@ -147,10 +149,11 @@ def _report_hangs(report_dir: Path) -> None:
 # -- stopping ------------------------------------------------------------------------
 
 
-def shutdown_timeout(args: Namespace) -> int:
-    """torchrun's time between SIGTERM and SIGKILL for its workers, as torchrun reads it."""
-    if args.shutdown_timeout is not None:
-        return int(args.shutdown_timeout)
+def shutdown_timeout(given: str | int | None = None) -> int:
+    """torchrun's time between SIGTERM and SIGKILL for its workers, as torchrun reads it
+    (`given`: its --shutdown-timeout)."""
+    if given is not None:
+        return int(given)
     value = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "")
     return int(value) if value.isdigit() else _DEFAULT_SHUTDOWN_TIMEOUT
 
@@ -297,11 +300,17 @@ def wait_for_workers(deadline: float) -> bool:
 # -- torchrun workers -----------------------------------------------------------------
 
 
-def run_workers(args: Namespace, patterns: Sequence[Pattern], stopping: Stopping) -> Ending | None:
+def run_workers(
+    args: Namespace,
+    patterns: Sequence[Pattern],
+    stopping: Stopping,
+    hang_timeout: float | None = None,
+) -> Ending | None:
     """torchrun in process; how the workers ended (None: they all succeeded).
 
     `stopping` holds the signals that came while torch was imported: one of them
-    stops the launch before torchrun starts a worker.
+    stops the launch before torchrun starts a worker. With `hang_timeout` the workers'
+    progress beats are watched (`trainer.progress`).
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
@@ -321,11 +330,11 @@ def run_workers(args: Namespace, patterns: Sequence[Pattern], stopping: Stopping
         args.logs_specs = LOGS_SPECS
         args.log_dir = str(Path(scratch, "logs"))
         oom_before = oom_kills()
-        grace = shutdown_timeout(args)
+        grace = shutdown_timeout(args.shutdown_timeout)
         try:
             # Also before torchrun installs its handler (in rendezvous): the launcher,
             # the pod's PID 1, would otherwise ignore SIGTERM.
-            with stopping.raising_first():
+            with stopping.raising_first(), _watching(scratch, hang_timeout, grace) as watch:
                 ending, failures = _torchrun(args, zygote, stopping, patterns)
         except SignalException as error:
             # The first signal, while the launcher read how the workers ended.
@@ -341,7 +350,33 @@ def run_workers(args: Namespace, patterns: Sequence[Pattern], stopping: Stopping
         if failures is not None:
             ending = _failed_workers(failures, tails, oom_before, patterns)
         _report_hangs(report_dir)
-    return ending
+    return _hung(ending, watch, hang_timeout)
+
+
+@contextlib.contextmanager
+def _watching(
+    scratch: str, timeout: float | None, grace: float
+) -> Iterator[progress.ProgressWatch | None]:
+    """The progress watch over the workers while they run; None without a timeout."""
+    if timeout is None:
+        yield None
+        return
+    directory = Path(scratch, "progress")
+    os.environ[progress.DIR_ENV] = str(directory)  # the workers inherit it
+    with progress.ProgressWatch(directory, timeout, grace, _say) as watch:
+        yield watch
+
+
+def _hung(
+    ending: Ending | None, watch: progress.ProgressWatch | None, timeout: float | None
+) -> Ending | None:
+    """A failure that followed a hang the watch stopped is that hang: what the stopped
+    ranks and their peers said as they went down is its consequence."""
+    stall = watch.last_stall() if watch is not None and ending is not None else None
+    if stall is None or timeout is None:
+        return ending
+    rank = stall.culprits[0] if stall.culprits else None
+    return Ending(rank, HANG, stall.evidence(timeout))
 
 
 def _torchrun(
@@ -423,7 +458,28 @@ def _failed_workers(
         endings.append(classify_exit(rank, failure.exitcode, lines, oom, patterns))
     for ending in endings:
         _say(f"  {ending.describe()}")
-    return decide(endings)
+    return _not_the_waiting_rank(decide(endings), endings)
+
+
+def _not_the_waiting_rank(decided: Ending, endings: Sequence[Ending]) -> Ending:
+    """A hang seen as a process group's timeout is not the waiting rank's own: the
+    verdict names no rank, says which ranks timed out waiting and which did not."""
+    if decided.cause is not HANG or not any(w in decided.evidence for w in WAITED_IN_A_COLLECTIVE):
+        return decided
+    waited = [e.rank for e in endings if e.cause is HANG]
+    others = [e.rank for e in endings if e.cause is not HANG]
+    did_not = f"; {_ranks(others)} did not" if others else ""
+    return Ending(
+        None,
+        HANG,
+        f"{_ranks(waited)} timed out waiting in a collective{did_not}: the rank waited for is "
+        f"stuck (its own code, or on another node); {decided.evidence}",
+    )
+
+
+def _ranks(ranks: Sequence[int | None]) -> str:
+    numbers = ", ".join(str(rank) for rank in ranks)
+    return f"rank {numbers}" if len(ranks) == 1 else f"ranks {numbers}"
 
 
 # -- the exit code --------------------------------------------------------------------
@@ -505,8 +561,9 @@ def _launch(argv: list[str]) -> int:
     try:
         patterns = [*run_patterns(os.environ), *BUILTIN_PATTERNS]
         budget = budget_for(os.environ)
+        hang_timeout = progress.hang_timeout(os.environ)
         what = plan(argv)
-    except (PatternError, BudgetError, UsageError) as error:
+    except (PatternError, BudgetError, UsageError, progress.ProgressError) as error:
         _say(f"error: {error}")
         return int(ExitCode.CONFIG)
     ready = os.environ.get(WAIT_FOR_ENV)
@@ -515,14 +572,17 @@ def _launch(argv: list[str]) -> int:
         if stopped is not None:
             return stopped
     if what.torchrun is not None:
-        ending = run_workers(what.torchrun, patterns, stopping)
+        ending = run_workers(what.torchrun, patterns, stopping, hang_timeout)
     elif stopping.received:
         signum = stopping.received[0]
         _say(f"stopped by signal {signum} before {what.command[0]} started")
         return 128 + signum
     else:
         try:
-            ending = supervise(what.command, patterns).ending
+            with tempfile.TemporaryDirectory(prefix="trainer-launch-") as scratch:
+                with _watching(scratch, hang_timeout, shutdown_timeout()) as watch:
+                    ending = supervise(what.command, patterns).ending
+                ending = _hung(ending, watch, hang_timeout)
         except OSError as error:
             _say(f"error: cannot start {what.command[0]}: {error.strerror}")
             return int(ExitCode.CONFIG)
