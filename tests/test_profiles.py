@@ -74,6 +74,16 @@ def test_new_cluster_without_a_gpu_product_validates_without_warnings(trainops, 
     assert "nvidia.com/gpu.present" in job
 
 
+def test_a_cluster_whose_teams_lend_it_every_node_admits_its_own_mpi_jobs(trainops, workspace):
+    """Issue 43: the quotas make room for the MPI launcher's pod, which Kueue admits with its
+    workers. Before, a new cluster whose teams hold every usable node (the platform queue
+    borrowing them all) failed validate: its MPIJob asked for 172.5 CPUs of 172."""
+    flags = ["--fabric", "tcp", "--nic", "eth1", *ROCE[2:4], "--nodes", "3", *ROCE[12:]]
+    teams = ["--teams", "vision=8,nlp=8", "--spare-nodes", "1"]
+    assert trainops("new-cluster", "lab-west", *flags, *teams, cwd=workspace).code == 0
+    validate_clean(trainops, workspace, "overlays/lab-west")
+
+
 def test_new_cluster_twice_with_the_same_flags_changes_nothing(trainops, workspace):
     assert trainops("new-cluster", "gpu-east", *ROCE, cwd=workspace).code == 0
     commit(workspace, "add gpu-east")

@@ -89,11 +89,26 @@ def format_quantity(total_bytes: int) -> str:
     return str(total_bytes)
 
 
+# What the MPI templates' launcher pod requests (base/training/mpijob*, runtimes/mpi),
+# on top of its workers: Kueue admits the launcher with them.
+MPI_LAUNCHER_MILLICPU = 500
+MPI_LAUNCHER_MEMORY = 2**30
+
+
 def _resources(p: ClusterProfile, nodes: int) -> list[tuple[str, str]]:
-    """What `nodes` training pods request, resource by resource (Kueue's covered list)."""
+    """What `nodes` training pods request, resource by resource (Kueue's covered list),
+    with room for an MPI launcher per node where the cluster runs MPIJobs (as many
+    one-node jobs as there are nodes)."""
+    launchers = nodes if p.uses_mpi else 0
+    millicpu = p.cpuPerPod * 1000 * nodes + MPI_LAUNCHER_MILLICPU * launchers
     out = [
-        ("cpu", str(p.cpuPerPod * nodes)),
-        ("memory", format_quantity(quantity_bytes(p.memoryPerPod) * nodes)),
+        ("cpu", str(millicpu // 1000) if millicpu % 1000 == 0 else f"{millicpu}m"),
+        (
+            "memory",
+            format_quantity(
+                quantity_bytes(p.memoryPerPod) * nodes + MPI_LAUNCHER_MEMORY * launchers
+            ),
+        ),
         (GPU, str(p.gpusPerNode * nodes)),
     ]
     if p.rdma:
