@@ -297,6 +297,33 @@ def test_a_new_entry_of_a_map_stays_inside_it_above_the_next_keys_comment(traino
     assert profile.read_text() == original
 
 
+def test_set_takes_new_clusters_value_forms_and_keeps_the_next_keys_comment(trainops, workspace):
+    """Issue 43 item 8: set reads teams, topology and nodeAllocatable as new-cluster's flags
+    write them. Replacing a block value kept its lines only: ruamel.yaml holds the next
+    key's comment as the block's last entry's and dropped it with the old value."""
+    profile = workspace / "overlays/prod-roce/cluster.yaml"
+    short = trainops("set", "prod-roce", "nodeAllocatable=224,2000Gi", cwd=workspace)
+    assert short.code == 0, short.err
+    text = profile.read_text()
+    assert "nodeAllocatable:\n  cpu: '224'\n  memory: 2000Gi\n# CPU cores each training pod" in text
+    teams = trainops("set", "prod-roce", "teams=vision=64,nlp=32", "--dry-run", cwd=workspace)
+    flow = "teams=[{name: vision, gpus: 64}, {name: nlp, gpus: 32}]"
+    as_yaml = trainops("set", "prod-roce", flow, "--dry-run", cwd=workspace)
+    assert teams.code == as_yaml.code == 0, teams.err + as_yaml.err
+    assert teams.out == as_yaml.out and "+- name: vision\n+  gpus: 64\n" in teams.out
+    bad = trainops("set", "prod-roce", "teams=vision", cwd=workspace)
+    assert bad.code == 2
+    assert "teams 'vision': expected NAME=NUMBER,... (e.g. vision=32,nlp=16)" in bad.err
+
+
+def test_set_types_a_map_entry_as_the_key_reads_it(trainops, workspace):
+    """gpuHealth.level is a number (was written '3'); nccl entries stay strings."""
+    profile = workspace / "overlays/prod-roce/cluster.yaml"
+    assert trainops("set", "prod-roce", "gpuHealth.level=3", cwd=workspace).code == 0
+    assert "gpuHealth:\n  level: 3\n" in profile.read_text()
+    validate_clean(trainops, workspace, "overlays/prod-roce")
+
+
 def test_set_dry_run_prints_the_diff_and_writes_nothing(trainops, workspace):
     run = trainops("set", "prod-roce", "nodes=2", "--dry-run", cwd=workspace)
     assert run.code == 0

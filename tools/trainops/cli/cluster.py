@@ -11,7 +11,7 @@ import click
 from trainops.appsets import argocd_appsets, name_taken
 from trainops.cli.common import complete_clusters, make_renderer, project_config
 from trainops.errors import InputError
-from trainops.profile.edit import parse_assignment
+from trainops.profile.edit import parse_assignment, short_form
 from trainops.profile.model import (
     FABRICS,
     FIELD_DOCS,
@@ -209,24 +209,14 @@ def _values_from_flags(flags: dict) -> dict:
     ]
     if installed:
         values["installed"] = installed
-    if flags.get("node_allocatable"):
-        cpu, comma, memory = flags["node_allocatable"].partition(",")
-        if not comma or not cpu.strip() or not memory.strip():
-            raise InputError(
-                f"--node-allocatable: {flags['node_allocatable']!r} is not CPU,MEMORY "
-                "(e.g. 190,1900Gi)"
-            )
-        values["nodeAllocatable"] = {"cpu": cpu.strip(), "memory": memory.strip()}
-    if flags.get("teams"):
-        values["teams"] = [
-            {"name": name, "gpus": count}
-            for name, count in _pairs("--teams", flags["teams"], "vision=32")
-        ]
-    if flags.get("topology_levels"):
-        values["topology"] = [
-            {"label": label, "nodes": count}
-            for label, count in _pairs("--topology", flags["topology_levels"], "rack-label=8")
-        ]
+    for flag, key in (
+        ("node_allocatable", "nodeAllocatable"),
+        ("teams", "teams"),
+        ("topology_levels", "topology"),
+    ):
+        if flags.get(flag):
+            option = "--topology" if key == "topology" else f"--{flag.replace('_', '-')}"
+            values[key] = short_form(key, flags[flag], option)
     missing = _missing_keys(values)
     if missing:
         named = ", ".join(_flag_name(key) for key in missing)
@@ -271,16 +261,6 @@ def _flag_name(key: str) -> str:
     return f"--{flag}" if flag in known else f"{key} (in --from FILE)"
 
 
-def _pairs(option: str, text: str, example: str) -> list[tuple[str, int]]:
-    pairs = []
-    for item in text.split(","):
-        name, eq, count = item.strip().partition("=")
-        if not eq or not name or not count.strip().isdigit():
-            raise InputError(f"{option} {text!r}: expected NAME=NUMBER,... (e.g. {example})")
-        pairs.append((name, int(count)))
-    return pairs
-
-
 @click.command("set")
 @click.argument("overlay", shell_complete=complete_clusters)
 @click.argument("assignments", nargs=-1)
@@ -293,8 +273,11 @@ def set_profile(overlay, assignments, dry_run):
     (MAP.NAME-) to remove one. The edit keeps the profile's comments, key order
     and quoting; a new key arrives with its documentation comment. Values take
     the key's type: nodes=6 is a number, hca=mlx5_0,mlx5_1 a list, nccl values
-    are strings. The new profile is checked before anything is written, then the
-    unified diff of every changed file is printed. With no ASSIGNMENT, the
+    are strings, gpuHealth.level=3 a number. teams, topology and
+    nodeAllocatable also take new-cluster's forms (teams=vision=32,nlp=16,
+    nodeAllocatable=190,1900Gi) besides YAML ([{name: vision, gpus: 32}]).
+    The new profile is checked before anything is written, then the unified
+    diff of every changed file is printed. With no ASSIGNMENT, the
     overlay is regenerated from cluster.yaml as it is (what validate's
     profile-drift check asks for). Edits take turns (one lock per repository)
     and are all or nothing: derived files are written first and cluster.yaml
@@ -305,6 +288,7 @@ def set_profile(overlay, assignments, dry_run):
       trainops set prod-roce nodes=24
       trainops set prod-roce nccl.NCCL_IB_TIMEOUT=23 nccl.NCCL_IB_RETRY_CNT-
       trainops set overlays/lab-tcp placement=pack --dry-run
+      trainops set prod-roce teams=vision=64,nlp=32
     """
     name = Path(overlay).name if os.sep in overlay else overlay
     root = repository_root()

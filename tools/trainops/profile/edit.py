@@ -60,14 +60,43 @@ def parse_assignment(text: str) -> Assignment:
     return Assignment(key, sub, _coerce(key, sub, raw))
 
 
+# Keys whose values new-cluster's flags and set also take in a short form.
+_PAIRS = {
+    "teams": ("name", "gpus", "vision=32,nlp=16"),
+    "topology": ("label", "nodes", "example.com/block=32,topology.kubernetes.io/rack=8"),
+}
+SHORT_FORMS = (*_PAIRS, "nodeAllocatable")
+_STRING_MAPS = ("nccl",)  # entries are environment variables: always strings
+
+
+def short_form(key: str, raw: str, where: str) -> Any:
+    """A value of SHORT_FORMS written as new-cluster's flag takes it: NAME=NUMBER,...
+    for teams and topology, CPU,MEMORY for nodeAllocatable."""
+    if key == "nodeAllocatable":
+        cpu, comma, memory = raw.partition(",")
+        if not comma or not cpu.strip() or not memory.strip():
+            raise InputError(f"{where}: {raw!r} is not CPU,MEMORY (e.g. 190,1900Gi)")
+        return {"cpu": cpu.strip(), "memory": memory.strip()}
+    name_key, count_key, example = _PAIRS[key]
+    items = []
+    for item in raw.split(","):
+        name, eq, count = item.strip().partition("=")
+        if not eq or not name.strip() or not count.strip().isdigit():
+            raise InputError(f"{where} {raw!r}: expected NAME=NUMBER,... (e.g. {example})")
+        items.append({name_key: name.strip(), count_key: int(count)})
+    return items
+
+
 def _coerce(key: str, sub: str | None, raw: str) -> Any:
     """The value as the profile stores it: typed by the key, not by how it looks."""
     where = f"{key}.{sub}" if sub else key
-    if sub:  # map entries (nccl) are environment variables: always strings
-        return raw
+    if sub:
+        return raw if key in _STRING_MAPS else _scalar(raw)
     expected = FIELD_TYPES[key]
     if expected is str:
         return raw
+    if key in SHORT_FORMS and raw.strip()[:1] not in ("[", "{", ""):
+        return short_form(key, raw, where)
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:
@@ -81,6 +110,15 @@ def _coerce(key: str, sub: str | None, raw: str) -> Any:
     if expected is dict and not isinstance(value, dict):
         raise InputError(f"{where}: must be a map ({{NAME: value}}), not {raw!r}")
     return value
+
+
+def _scalar(raw: str) -> Any:
+    """A map entry as YAML reads it (3 a number, true a boolean), else the text itself."""
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else raw
+    except yaml.YAMLError:
+        return raw
+    return value if isinstance(value, str | int | float | bool) else raw
 
 
 def _round_trip() -> YAML:
@@ -131,9 +169,24 @@ def _apply(text: str, a: Assignment) -> str:
         mapping[a.sub] = a.value
         return _dump(data)
     if a.key in data:
+        if isinstance(data[a.key], dict | list) or isinstance(a.value, dict | list):
+            return _replace_block(text, data, a.key, a.value)
         data[a.key] = a.value
         return _dump(data)
     return _insert_top_level(text, data, a.key, a.value)
+
+
+def _replace_block(text: str, data: CommentedMap, key: str, value: Any) -> str:
+    """Rewrite KEY's lines alone. ruamel.yaml holds the comment above the next key as
+    part of a block value's last entry, so replacing the value would drop it."""
+    lines = text.splitlines(keepends=True)
+    keys = list(data)
+    start = data.lc.key(key)[0]
+    after = keys.index(key) + 1
+    end = _comment_start(lines, data.lc.key(keys[after])[0]) if after < len(keys) else len(lines)
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1  # blank lines before the next key stay
+    return "".join(lines[:start] + dump({key: value}).splitlines(keepends=True) + lines[end:])
 
 
 def _insert_top_level(text: str, data: CommentedMap, key: str, value: Any) -> str:
