@@ -150,6 +150,25 @@ def test_overlay_expectations_name_the_profile_key(trainops, workspace, tmp_path
     assert "`hca`" in hca["fix"]
 
 
+def test_an_interface_fix_on_an_sriov_network_names_its_vf_not_nic(trainops, workspace, tmp_path):
+    """Issue 43 item 8: `nic` is the host interface of macvlan and host-device networks only;
+    on prod-roce (sriov-roce) the pod's interface is the VF it requests."""
+    ranks = job()
+    ranks[1].interface = "docker0"
+    overlay = str(workspace / "overlays/prod-roce")
+    code, report = doctor(trainops, str(write_per_pod(tmp_path, ranks)), "--overlay", overlay)
+    assert code == 1
+    fix = rules(report)["unroutable-interface"]["fix"]
+    assert "`network` (sriov-roce)" in fix and "`rdmaResource` (now nvidia.com/roce_vf)" in fix
+    assert "`nic`" not in fix
+    profile = tmp_path / "shared-roce.yaml"
+    profile.write_text(SHARED_ROCE)
+    assert trainops("new-cluster", "shared-roce", "--from", str(profile), cwd=workspace).code == 0
+    shared = str(workspace / "overlays/shared-roce")
+    _, report = doctor(trainops, str(write_per_pod(tmp_path, ranks)), "--overlay", shared)
+    assert "`nic` (now ens1f0)" in rules(report)["unroutable-interface"]["fix"]
+
+
 def test_no_nccl_output_is_a_one_line_input_error(trainops, tmp_path):
     log = tmp_path / "app.log"
     log.write_text("epoch 1 loss 2.3\n")

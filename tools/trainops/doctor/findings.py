@@ -17,6 +17,7 @@ from trainops.doctor.events import Event
 from trainops.doctor.evidence import RankRecord
 from trainops.doctor.expectation import Expectation
 from trainops.model import ERROR, INFO, WARNING
+from trainops.profile.model import NETWORKS, NIC_NETWORKS
 from trainops.rules import DOCTOR, RuleInfo, register
 
 CATEGORY = DOCTOR
@@ -72,6 +73,20 @@ class Context:
         value = self.expectation.profile.get(name)
         shown = f" (now {value})" if value not in (None, "", []) else ""
         return f"`{name}`{shown} in {self.expectation.overlay}/cluster.yaml"
+
+    def interface_keys(self) -> str:
+        """The profile keys that decide the pods' training interface, for fixes: `nic` only
+        on the networks that take it (macvlan, host-device); on SR-IOV networks the pod's
+        interface is the VF it requests, net1."""
+        profile = self.expectation.profile
+        network = profile.get("network") or NETWORKS[str(profile.get("fabric"))][0]
+        where = f"{self.expectation.overlay}/cluster.yaml"
+        if network in NIC_NETWORKS:
+            return f"`network` ({network}) and {self.key('nic')}"
+        return (
+            f"`network` ({network}) in {where}: the pod's interface is net1, the virtual "
+            f"function it requests as {self.key('rdmaResource')}"
+        )
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ NETWORKS = {
 }
 # Networks whose pods get VFs (named unlike the host's PFs) from the device plugin.
 SRIOV_NETWORKS = ("sriov-roce", "ib-sriov")
+NIC_NETWORKS = ("macvlan", "host-device")  # the networks whose host interface `nic` names
 SCHEDULERS = ("default", "kueue", "volcano")
 GPUDIRECT = ("dmabuf", "peermem", "none")
 PLACEMENTS = ("pack", "spread")
@@ -409,7 +410,7 @@ def _check(p: ClusterProfile, fail) -> None:
         allowed = ", ".join(NETWORKS[p.fabric])
         raise fail("network", f"{p.network!r} does not carry {p.fabric}: use {allowed}")
     network = p.network or NETWORKS[p.fabric][0]
-    if network in ("macvlan", "host-device") and not p.nic:
+    if network in NIC_NETWORKS and not p.nic:
         raise fail("nic", f"is required for a {network} network (the host interface to use)")
     if p.rdma:
         if network in SRIOV_NETWORKS and p.hca:

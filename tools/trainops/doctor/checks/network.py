@@ -45,7 +45,7 @@ def _ifname_fix(ctx: Context, variable: str = "NCCL_SOCKET_IFNAME") -> str:
     if variable == "GLOO_SOCKET_IFNAME":
         fix += "; Gloo takes one interface name, not NCCL's ^/= lists"
     if ctx.expectation.overlay:
-        fix += f"; the profile's interface is {ctx.key('nic')}"
+        fix += f"; the profile's interface: {ctx.interface_keys()}"
     return fix + "."
 
 

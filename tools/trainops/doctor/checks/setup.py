@@ -336,7 +336,7 @@ def interface_mismatch(ctx: Context) -> Iterator[Found]:
             "annotation and that the NetworkAttachmentDefinition exists in its namespace"
         )
         if e.overlay:
-            fix += f" ({ctx.key('network')}, {ctx.key('nic')})"
+            fix += f" ({ctx.interface_keys()})"
         yield Found(
             f"{r.label} bootstraps over {used}, not {wanted}",
             _lines([r], ev.BOOTSTRAP_IFS, ev.SOCKET_IFS)[:1],
