@@ -354,9 +354,9 @@ def kueue_quota_fits(doc: Document, ctx: Context) -> Iterator[Violation]:
             most = _largest_quota(groups, resource)
             if not cohort and most is not None and need > most:
                 yield Violation(
-                    f"{pod.role} needs {_show(need)} {resource} at once; ClusterQueue "
-                    f"{cluster.name} has at most {_show(most)} in one flavor and no cohort "
-                    "to borrow from: the workload is never admitted",
+                    f"{pod.role} needs {_show(need, resource)} {resource} at once; "
+                    f"ClusterQueue {cluster.name} has at most {_show(most, resource)} in one "
+                    "flavor and no cohort to borrow from: the workload is never admitted",
                     at,
                 )
     # Kueue admits the workload's pod sets together: their sum must fit what the queue
@@ -369,8 +369,8 @@ def kueue_quota_fits(doc: Document, ctx: Context) -> Iterator[Violation]:
         most = _queue_capacity(cluster, resource, str(cohort or ""), ctx)
         if most is not None and need > most:
             yield Violation(
-                f"the workload needs {_show(need)} {resource} at once; ClusterQueue "
-                f"{cluster.name} can hold at most {_show(most)} {where}: the workload is "
+                f"the workload needs {_show(need, resource)} {resource} at once; ClusterQueue "
+                f"{cluster.name} can hold at most {_show(most, resource)} {where}: the workload is "
                 "never admitted",
                 at,
             )
@@ -463,5 +463,12 @@ def _largest_quota(groups: list[dict[str, Any]], resource: str) -> Fraction | No
     return best
 
 
-def _show(value: Fraction) -> str:
+def _show(value: Fraction, resource: str = "") -> str:
+    """An amount as people write it: memory and storage in Gi (Mi below one Gi)."""
+    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
+        for unit, size in (("Gi", 2**30), ("Mi", 2**20)):
+            if value >= size or unit == "Mi":
+                amount = value / size
+                shown = str(int(amount)) if amount.denominator == 1 else f"{float(amount):.1f}"
+                return f"{shown}{unit}"
     return str(int(value)) if value.denominator == 1 else f"{float(value):g}"

@@ -82,6 +82,8 @@ def test_a_cluster_whose_teams_lend_it_every_node_admits_its_own_mpi_jobs(traino
     teams = ["--teams", "vision=8,nlp=8", "--spare-nodes", "1"]
     assert trainops("new-cluster", "lab-west", *flags, *teams, cwd=workspace).code == 0
     validate_clean(trainops, workspace, "overlays/lab-west")
+    queue = (workspace / "overlays/lab-west/platform/queue.yaml").read_text()
+    assert "- name: memory\n        nominalQuota: '0'\n" in queue  # was 0Pi
 
 
 def test_new_cluster_twice_with_the_same_flags_changes_nothing(trainops, workspace):

@@ -865,6 +865,10 @@ def test_a_team_run_larger_than_all_its_cohort_can_lend_is_never_admitted(traino
     finally:
         shutil.rmtree(shared / run)
     assert too_big and "could lend" in too_big[0]["message"], too_big
+    # Amounts as the profile writes them: memory in Gi, not in bytes.
+    memory = [f["message"] for f in too_big if " memory at once" in f["message"]]
+    assert memory and re.search(r"needs \d+(\.\d)?Gi memory at once", memory[0]), memory
+    assert re.search(r"at most \d+(\.\d)?Gi with what cohort", memory[0]), memory
 
 
 # -- the jobs of one namespace reach their own pods only ---------------------------------

@@ -83,6 +83,8 @@ def default_priority(p: ClusterProfile, team: Team | None = None) -> str:
 
 
 def format_quantity(total_bytes: int) -> str:
+    if total_bytes == 0:
+        return "0"
     for unit, size in (("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20)):
         if total_bytes % size == 0:
             return f"{total_bytes // size}{unit}"
