@@ -86,6 +86,25 @@ def test_a_cluster_whose_teams_lend_it_every_node_admits_its_own_mpi_jobs(traino
     assert "- name: memory\n        nominalQuota: '0'\n" in queue  # was 0Pi
 
 
+def test_new_cluster_flags_for_the_network_write_what_set_writes(trainops, workspace):
+    """Issue 43 (new-user walkthrough): network, ipRange, pkey and gpudirect had no flag."""
+    ib = ["--fabric", "ib", *ROCE[2:6], "--rdma-per-pod", "8"]
+    ib += ["--rdma-resource", "nvidia.com/ib_vf", *ROCE[12:]]
+    extra = ["--network", "ib-sriov", "--ip-range", "10.40.0.0/22", "--pkey", "0x8001"]
+    extra += ["--gpudirect", "dmabuf"]
+    made = trainops("new-cluster", "ib-flags", *ib, *extra, cwd=workspace)
+    assert made.code == 0, made.err
+    assert trainops("new-cluster", "ib-set", *ib, cwd=workspace).code == 0
+    keys = ["network=ib-sriov", "ipRange=10.40.0.0/22", "pkey=0x8001", "gpudirect=dmabuf"]
+    edited = trainops("set", "ib-set", *keys, cwd=workspace)
+    assert edited.code == 0, edited.err
+    by_flags = (workspace / "overlays/ib-flags/cluster.yaml").read_text()
+    assert "pkey: '0x8001'" in by_flags and "ipRange: 10.40.0.0/22" in by_flags
+    assert by_flags == (workspace / "overlays/ib-set/cluster.yaml").read_text()
+    network = (workspace / "overlays/ib-flags/platform/network.yaml").read_text()
+    assert '"pkey": "0x8001"' in network
+
+
 def test_new_cluster_twice_with_the_same_flags_changes_nothing(trainops, workspace):
     assert trainops("new-cluster", "gpu-east", *ROCE, cwd=workspace).code == 0
     commit(workspace, "add gpu-east")

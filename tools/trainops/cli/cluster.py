@@ -16,8 +16,10 @@ from trainops.profile.model import (
     FABRICS,
     FIELD_DOCS,
     FIELD_TYPES,
+    GPUDIRECT,
     MONITORING,
     MPI_OPERATORS,
+    NETWORKS,
     OFED_SOURCES,
     PLACEMENTS,
     RDMA_PROVIDERS,
@@ -83,7 +85,15 @@ def report(result: WriteResult) -> None:
 @click.option("--fabric", type=click.Choice(FABRICS), help=FIELD_DOCS["fabric"])
 @click.option("--gpus-per-node", type=int, help=FIELD_DOCS["gpusPerNode"])
 @click.option("--nodes", type=int, help=FIELD_DOCS["nodes"])
+@click.option(
+    "--network",
+    type=click.Choice(sorted({n for names in NETWORKS.values() for n in names})),
+    help=FIELD_DOCS["network"],
+)
 @click.option("--nic", help=FIELD_DOCS["nic"])
+@click.option("--ip-range", metavar="CIDR", help=FIELD_DOCS["ipRange"])
+@click.option("--pkey", help=FIELD_DOCS["pkey"])
+@click.option("--gpudirect", type=click.Choice(GPUDIRECT), help=FIELD_DOCS["gpudirect"])
 @click.option("--hca", multiple=True, help=FIELD_DOCS["hca"] + " (repeat or comma-separate)")
 @click.option("--gid-index", type=int, help=FIELD_DOCS["gidIndex"])
 @click.option("--rdma-resource", help=FIELD_DOCS["rdmaResource"])
@@ -175,7 +185,11 @@ def _values_from_flags(flags: dict) -> dict:
         "fabric": "fabric",
         "gpus_per_node": "gpusPerNode",
         "nodes": "nodes",
+        "network": "network",
         "nic": "nic",
+        "ip_range": "ipRange",
+        "pkey": "pkey",
+        "gpudirect": "gpudirect",
         "gid_index": "gidIndex",
         "rdma_resource": "rdmaResource",
         "rdma_per_pod": "rdmaPerPod",
