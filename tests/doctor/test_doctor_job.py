@@ -220,3 +220,33 @@ def test_a_trainjobs_pods_are_found_through_its_jobset(trainops, tmp_path):
     assert [(p["name"], p["role"]) for p in report["pods"]] == [("llama-node-0-0-abcde", "node")]
     (found,) = [f for f in report["findings"] if f["rule"] == "container-exit-code"]
     assert "exit code 5: host or GPU memory ran out" in found["message"]
+
+
+def test_a_jobsets_own_restarts_are_reported(trainops, tmp_path):
+    """Issue 43 (new-user walkthrough): a JobSet's failure policy recreates every pod, so
+    the pods' restart counts read 0 after 6 restarts; the JobSet's status.restarts says."""
+    base = f"/api/v1/namespaces/{NS}"
+    worker = pod("llama-node-0-0-abcde", "node", "Running")
+    worker["metadata"]["labels"] = {
+        "jobset.sigs.k8s.io/jobset-name": "llama",
+        "jobset.sigs.k8s.io/replicatedjob-name": "node",
+    }
+    responses = {
+        request_key(f"{base}/pods", {"labelSelector": "jobset.sigs.k8s.io/jobset-name=llama"}): {
+            "items": [worker]
+        },
+        request_key(f"{base}/events", {}): {"items": []},
+        request_key(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets/llama", {}): {
+            "status": {"restarts": 6, "conditions": []}
+        },
+        request_key(f"{base}/pods/llama-node-0-0-abcde/log", {"container": "pytorch"}): "",
+    }
+    path = tmp_path / "jobset.json"
+    path.write_text(json.dumps({"kind": RECORDING_KIND, "responses": responses}))
+    run = trainops("doctor", "job", "llama", "--recording", str(path), "--format", "json")
+    report = json.loads(run.out)
+    (found,) = [f for f in report["findings"] if f["rule"] == "pod-restarts"]
+    assert found["message"].startswith("JobSet llama restarted 6 time(s)"), found
+    assert report["pods"][0]["restarts"] == 0
+    text = trainops("doctor", "job", "llama", "--recording", str(path))
+    assert "JobSet llama restarted 6 time(s)" in text.out

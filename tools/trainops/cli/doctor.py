@@ -215,6 +215,9 @@ def _job_diagnosis(logs, expectation: Expectation) -> Diagnosis | None:
         return None
 
 
+NO_JOB = "no PyTorchJob, MPIJob, TFJob, TrainJob or JobSet of that name (its pods alone)"
+
+
 @doctor.command("job")
 @click.argument("name")
 @click.option("-n", "--namespace", default="training", show_default=True)
@@ -273,7 +276,7 @@ def job(name, namespace, context, recording, save_recording, overlay, expect, fm
         click.echo(report.to_json(diagnosis, extra), nl=False)
     else:
         header = [
-            f"job {namespace}/{name}: {evidence.condition or 'no training-operator job found'}",
+            f"job {namespace}/{name}: {evidence.condition or NO_JOB}",
             *report.table(
                 [("pod", "role", "phase", "node", "restarts", "state")]
                 + [

@@ -77,6 +77,18 @@ class JobEvidence:
     pods: list[PodState]
     events: list[dict[str, Any]]
     logs: list[tuple[str, list[str]]]
+    jobset_restarts: int = 0  # whole-job restarts of the JobSet (a TrainJob's has its name)
+
+
+def _jobset_restarts(cluster: Cluster, name: str, namespace: str) -> int:
+    """How often the JobSet recreated all its jobs (status.restarts): its pods are new each
+    time, so their own restart counts say nothing of it."""
+    try:
+        jobset = cluster.get(JOB_PATHS[-1].format(ns=namespace, name=name))
+    except NotFound:
+        return 0
+    restarts = (jobset.get("status") or {}).get("restarts")
+    return restarts if isinstance(restarts, int) and not isinstance(restarts, bool) else 0
 
 
 def _condition(cluster: Cluster, name: str, namespace: str) -> str | None:
@@ -172,7 +184,9 @@ def gather(cluster: Cluster, name: str, namespace: str) -> JobEvidence:
                 except NotFound:
                     continue
                 logs.append((f"{pod.name}/{container}{suffix}", text.splitlines()))
-    return JobEvidence(name, namespace, _condition(cluster, name, namespace), pods, events, logs)
+    condition = _condition(cluster, name, namespace)
+    restarts = _jobset_restarts(cluster, name, namespace)
+    return JobEvidence(name, namespace, condition, pods, events, logs, restarts)
 
 
 _INSUFFICIENT = Pattern(r"Insufficient ([\w./-]+)")
@@ -265,6 +279,18 @@ NO_NCCL_EVIDENCE = _pod_rule(
 
 def pod_findings(evidence: JobEvidence, rdma_resource: str | None = None) -> list[DoctorFinding]:
     found = []
+    if evidence.jobset_restarts:
+        found.append(
+            DoctorFinding(
+                RESTARTS.id,
+                RESTARTS.severity,
+                f"JobSet {evidence.name} restarted {evidence.jobset_restarts} time(s): its "
+                "failure policy recreates every pod, so the pods' own restart counts start at "
+                "0 and the logs of earlier attempts went with their pods",
+                "Read the JobSet's status and events (kubectl describe jobset) for why each "
+                "attempt failed; the pods' logs show only the current one.",
+            )
+        )
     for pod in evidence.pods:
         for kind, detail in pod.problems:
             rule, template = POD_PROBLEMS[kind]
