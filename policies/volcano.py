@@ -408,6 +408,58 @@ def volcano_queue_leaf(doc: Document, ctx: Context) -> Iterator[Violation]:
             )
 
 
+@resource_rule(
+    id="volcano-queue-children-share",
+    severity=ERROR,
+    source=(VALIDATE_QUEUE + "#L111-L116", VALIDATE_QUEUE + "#L593-L631"),
+    title="A Volcano queue's children deserve and guarantee no more than it does",
+    why="On creating a queue under a parent other than root, Volcano's queue webhook adds the "
+    "deserved and the guaranteed resources of all the parent's children and refuses the "
+    "queue once a sum exceeds the parent's own, a resource the parent leaves out counting as "
+    "zero (Resource.LessPartly with Zero): the child queue is never created and its jobs "
+    "have no queue.",
+    fix="Give the parent queue deserved (and guarantee) amounts that cover its children's, "
+    "for every resource they list, or lower the children's.",
+    kinds=("Queue",),
+    applies=_volcano_queue,
+)
+def volcano_queue_children_share(doc: Document, ctx: Context) -> Iterator[Violation]:
+    queues, children = ctx.memo("volcano-queues", lambda: _volcano_queues(ctx))
+    names = children.get(doc.name)
+    if not names or doc.name == "root":
+        return
+    spec = mapping(doc.obj.get("spec"))
+    own = {
+        "deserved": mapping(spec.get("deserved")),
+        "guarantee": mapping(mapping(spec.get("guarantee")).get("resource")),
+    }
+    for field_name, limits in own.items():
+        totals: dict[str, Any] = {}
+        for child in names:
+            child_spec = mapping(queues[child].obj.get("spec"))
+            amounts = child_spec.get(field_name) if field_name == "deserved" else None
+            if field_name == "guarantee":
+                amounts = mapping(child_spec.get("guarantee")).get("resource")
+            for resource, amount in mapping(amounts).items():
+                value = quantity.parse(amount)
+                if value is not None:
+                    totals[resource] = totals.get(resource, 0) + value
+        for resource, total in sorted(totals.items()):
+            limit = quantity.parse(limits.get(resource)) if resource in limits else 0
+            if limit is not None and total > limit:
+                have = f"{limits[resource]}" if resource in limits else "none"
+                yield Violation(
+                    f"its child queues ({', '.join(sorted(names))}) together have "
+                    f"{field_name} {resource} {_amount(total)}, and queue {doc.name} has "
+                    f"{have}: the webhook refuses the child that brings the sum above it",
+                    ("spec", field_name),
+                )
+
+
+def _amount(value: Any) -> str:
+    return str(int(value)) if value == int(value) else f"{float(value):g}"
+
+
 def _budget_problem(value: Any) -> str | None:
     """validateIntPercentageStr: an integer above 0, or a percentage from 1% to 99%."""
     text = str(value)

@@ -336,6 +336,27 @@ def _volcano_tree(queue: str) -> Callable[[], Docs]:
     return build
 
 
+def _volcano_children(parent_deserved: dict[str, Any]) -> Callable[[], Docs]:
+    """Queue research (deserved `parent_deserved`) with two child queues of 8 GPUs each."""
+
+    def build() -> Docs:
+        parent = {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "Queue",
+            "metadata": {"name": "research"},
+            "spec": {"weight": 1, **({"deserved": parent_deserved} if parent_deserved else {})},
+        }
+        children = []
+        for name in ("vision", "nlp"):
+            child = copy.deepcopy(parent)
+            child["metadata"]["name"] = name
+            child["spec"] = {"weight": 1, "parent": "research", "deserved": {"nvidia.com/gpu": 8}}
+            children.append(child)
+        return [*platform(), parent, *children]
+
+    return build
+
+
 def _queued_pod_group(queue: str) -> Callable[[], Docs]:
     """A Volcano PodGroup sent to `queue`, beside the render's one Volcano Queue, research."""
 
@@ -647,6 +668,10 @@ FIXTURES: dict[str, Pair] = {
         _volcano_queue(capability={"nvidia.com/gpu": 32}, deserved={"nvidia.com/gpu": 32}),
     ),
     "volcano-queue-leaf": (_volcano_tree("research"), _volcano_tree("vision")),
+    "volcano-queue-children-share": (
+        _volcano_children({"nvidia.com/gpu": 12}),
+        _volcano_children({"nvidia.com/gpu": 16}),
+    ),
 }
 
 
@@ -814,6 +839,9 @@ MORE: dict[str, list[Pair]] = {
             _volcano_pod_group(highestTierAllowed=2, highestTierName="spine"),
             _volcano_pod_group(highestTierName="spine"),
         ),
+    ],
+    "volcano-queue-children-share": [
+        (_volcano_children({}), _volcano_children({"nvidia.com/gpu": 16}))
     ],
     "volcano-queue-admission": [
         (
