@@ -22,6 +22,7 @@ class Rank:
     comm: str = "0x55d3a8c3d5a0"
     timeout_seq: int | None = None
     timeout_op: str = "ALLREDUCE"
+    timeout_ms: int = 600000
     prefix: str = ""  # e.g. kubectl logs --prefix: "[pod/llama-master-0/pytorch] "
 
     @property
@@ -93,8 +94,8 @@ class Rank:
                 f"ProcessGroupNCCL.cpp:632] [Rank {self.rank}] "
                 "Watchdog caught collective operation timeout: "
                 f"WorkNCCL(SeqNum={self.timeout_seq}, OpType={self.timeout_op}, "
-                "NumelIn=466119168, NumelOut=466119168, Timeout(ms)=600000) ran for 600060 "
-                "milliseconds before timing out."
+                f"NumelIn=466119168, NumelOut=466119168, Timeout(ms)={self.timeout_ms}) ran for "
+                f"{self.timeout_ms + 60} milliseconds before timing out."
             )
         return out
 

@@ -4,6 +4,10 @@ of the family is named, not one thread's."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from trainops.doctor import analysis, catalog
 from trainops.doctor.expectation import Expectation
 from trainops.doctor.sources import memory_stream
@@ -470,3 +474,32 @@ def test_deepspeeds_launcher_return_code_of_a_signalled_rank_is_read_as_the_sign
     )
     assert "shm-exhausted" in _by_rule(line.format(-7))
     assert "shm-exhausted" not in _by_rule(line.format(1))
+
+
+AGENT_SIGNAL_LOG = """\
+W1207 02:13:32.976000 8098 torch/distributed/elastic/agent/server/api.py:753] Received \
+{number} death signal, shutting down workers
+WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4193 closing signal {name}
+torch.distributed.elastic.multiprocessing.api.SignalException: Process 4181 got signal: {number}
+"""
+
+
+@pytest.mark.parametrize(
+    ("number", "name", "words"),
+    [
+        ("1", "SIGHUP", "the terminal or SSH session that started it closed"),
+        ("15", "SIGTERM", "its pod or job was stopped"),
+        ("2", "SIGINT", "an interrupt"),
+    ],
+)
+def test_the_signal_torchrun_got_says_who_stopped_it(trainops, tmp_path, number, name, words):
+    """torch v2.13.0's elastic agent handles SIGTERM, SIGINT, SIGHUP and SIGQUIT itself and
+    prints the signal's number; a SIGHUP is a closed terminal, not Kubernetes."""
+    log = tmp_path / "torchrun.log"
+    log.write_text(AGENT_SIGNAL_LOG.format(number=number, name=name))
+    run = trainops("doctor", "nccl", "--format", "json", str(log))
+    assert run.code == 1, run.err
+    (found,) = [f for f in json.loads(run.out)["findings"] if f["rule"] == "rank-killed"]
+    assert found["message"].startswith(f"torchrun got {name} and stopped its workers: {words}")
+    if name == "SIGHUP":
+        assert "nohup does not shield it" in found["message"] and "tmux" in found["fix"]

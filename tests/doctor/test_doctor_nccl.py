@@ -106,6 +106,24 @@ def test_ranks_in_different_collectives_are_a_program_bug(trainops, tmp_path):
     assert "BROADCAST #80078 on rank 3" in rules(report)["collective-mismatch"]["message"]
 
 
+def test_a_timeout_shorter_than_pytorchs_default_is_named(trainops, tmp_path):
+    """A 60 s process-group timeout (the job's own) trips on a rank that is only slow; the
+    default 10 minutes gets no such remark."""
+    ranks = job()
+    for rank in ranks[:3]:
+        rank.timeout_seq, rank.timeout_ms = 42, 60000
+    _, report = doctor(trainops, str(write_per_pod(tmp_path, ranks)))
+    finding = rules(report)["collective-timeout"]
+    assert (
+        "the process group's timeout, 60s, is shorter than PyTorch's default" in finding["message"]
+    )
+    assert "init_process_group(timeout=...)" in finding["fix"]
+    for rank in ranks[:3]:
+        rank.timeout_ms = 600000
+    _, report = doctor(trainops, str(write_per_pod(tmp_path, ranks)))
+    assert "shorter than PyTorch's default" not in rules(report)["collective-timeout"]["message"]
+
+
 def test_missing_ranks_and_stragglers(trainops, tmp_path):
     ranks = job(nodes=2, gpus=4)
     ranks[5].init_seconds = 14.0

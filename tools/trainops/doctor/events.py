@@ -59,6 +59,7 @@ GLOO_NO_INTERFACE = "gloo-no-interface"  # name
 GLOO_LOOPBACK = "gloo-loopback-fallback"
 CUDA_ERROR = "cuda-error"  # error (from a PyTorch/CUDA exception)
 CHILD_FAILED = "child-failed"  # exitcode, signal
+AGENT_SIGNAL = "agent-signal"  # signal (name): torchrun itself got a termination signal
 EXCEPTION = "exception"  # name, message (an exception no other parser explains)
 
 # trainer-launch (the trainer image's launcher)
@@ -123,6 +124,7 @@ FAILURE_KINDS = frozenset(
         GLOO_NO_INTERFACE,
         CUDA_ERROR,
         CHILD_FAILED,
+        AGENT_SIGNAL,
         EXCEPTION,
         HANG_CULPRIT,
         LAUNCHER_EXIT,

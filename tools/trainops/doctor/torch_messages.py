@@ -180,8 +180,32 @@ def _reason(text: str) -> str:
     return "failed"
 
 
+# torchrun's elastic agent on a signal it got itself (it handles SIGTERM, SIGINT, SIGHUP and
+# SIGQUIT: TORCHELASTIC_SIGNALS_TO_HANDLE, torch v2.13.0 .../multiprocessing/api.py#L538-L546):
+# SignalException's `Process 7 got signal: 1` (api.py#L86), the agent's `Received 1 death
+# signal, shutting down workers` (agent/server/api.py#L753), and the signal it passes on,
+# `Sending process 8 closing signal SIGHUP` (api.py#L1029; SIGTERM there is the usual
+# teardown after a worker failed, not a signal the agent got).
+_AGENT_SIGNAL = Pattern(r".*?(?:Received (\w+) death signal|Process \d+ got signal: (\w+))")
+_PASSED_ON = Pattern(r".*?Sending process \d+ closing signal (SIG(?:HUP|INT|QUIT))\b")
+_SIGNAL_NAMES = {"1": "SIGHUP", "2": "SIGINT", "3": "SIGQUIT", "15": "SIGTERM"}
+
+
+def _agent_signal(text: str) -> list[tuple[str, dict]]:
+    signalled = "death signal" in text or "got signal" in text
+    if signalled and (m := _AGENT_SIGNAL.match(text)):
+        raw = (m.group(1) or m.group(2)).removeprefix("Signals.")
+        name = _SIGNAL_NAMES.get(raw, raw if raw.startswith("SIG") else f"signal {raw}")
+        return [(ev.AGENT_SIGNAL, {"signal": name})]
+    if "closing signal" in text and (m := _PASSED_ON.match(text)):
+        return [(ev.AGENT_SIGNAL, {"signal": m.group(1)})]
+    return []
+
+
 def _errors(text: str) -> list[tuple[str, dict]]:
-    found: list[tuple[str, dict]] = []
+    found: list[tuple[str, dict]] = _agent_signal(text)
+    if found:
+        return found
     if "NCCL error" in text or "NCCL Error" in text:
         m = _NCCL_ERROR.match(text)
         code = _NCCL_ERROR_CODE.match(text) if m is None else None

@@ -24,6 +24,12 @@ def _last_line(ctx: Context, rank: int) -> str | None:
     return lines[-1].evidence() if lines else None
 
 
+# ProcessGroupNCCL's default timeout (pytorch v2.13.0 torch/csrc/distributed/c10d/
+# ProcessGroupNCCL.hpp kProcessGroupNCCLDefaultTimeout = 10 * 60 * 1000 ms), which
+# init_process_group uses for NCCL unless the job gives a timeout of its own.
+DEFAULT_NCCL_TIMEOUT_S = 600
+
+
 @check(
     "collective-timeout",
     ERROR,
@@ -106,6 +112,18 @@ def timeout(ctx: Context) -> Iterator[Found]:
             else ""
         )
     fix = None
+    if seconds < DEFAULT_NCCL_TIMEOUT_S:
+        suspect += (
+            f"; the process group's timeout, {seconds:g}s, is shorter than PyTorch's default "
+            f"for NCCL ({DEFAULT_NCCL_TIMEOUT_S // 60} minutes): a rank that is only slow here "
+            "(data preparation, a checkpoint or evaluation on one rank) trips it"
+        )
+        fix = (
+            "If one rank was only slow at this collective (its log shows it busy, not stuck), "
+            "raise the timeout the job set (init_process_group(timeout=...), new_group) back "
+            "toward the default, or move the slow work out of the collective's way; otherwise "
+            "look at the ranks that did not time out."
+        )
     if ended and entered is not None and len(timed) <= 1:
         fix = (
             "Call what runs after training on every rank (trainer.save_checkpoint, test, "
@@ -234,6 +252,32 @@ def heartbeat(ctx: Context) -> Iterator[Found]:
         )
 
 
+# Who sends torchrun each signal it handles, and what to do about it.
+AGENT_SIGNALS = {
+    "SIGHUP": (
+        "the terminal or SSH session that started it closed (a hangup); torchrun handles "
+        "SIGHUP itself (TORCHELASTIC_SIGNALS_TO_HANDLE), so nohup does not shield it",
+        "Start the job detached from the session (tmux, screen, setsid, or `nohup ... & "
+        "disown` in bash), or as a scheduled job (a PyTorchJob, a batch job).",
+    ),
+    "SIGINT": (
+        "an interrupt: Ctrl-C in its terminal, or a wrapper that interrupted it",
+        "Find what interrupted it (a person, a wrapper's timeout); run it detached from a "
+        "terminal.",
+    ),
+    "SIGTERM": (
+        "its pod or job was stopped: deleted, preempted or evicted (the kubelet's SIGTERM), "
+        "or a scheduler ended the job (a time limit)",
+        "Read the pod's events and the job's conditions (`trainops doctor job`) for who "
+        "stopped it: preemption, eviction, a deleted job or a time limit.",
+    ),
+    "": (
+        "something sent it a termination signal",
+        "Find the sender of the signal: a scheduler's time limit, a wrapper, a person.",
+    ),
+}
+
+
 @check(
     "rank-killed",
     ERROR,
@@ -245,6 +289,12 @@ def heartbeat(ctx: Context) -> Iterator[Found]:
     secondary=True,
 )
 def killed(ctx: Context) -> Iterator[Found]:
+    by_signal: dict[str, list[Event]] = defaultdict(list)
+    for event in ctx.of(ev.AGENT_SIGNAL):
+        by_signal[event.fields["signal"]].append(event)
+    for name, events in sorted(by_signal.items()):
+        why, fix = AGENT_SIGNALS.get(name, AGENT_SIGNALS[""])
+        yield Found(f"torchrun got {name} and stopped its workers: {why}", events, fix=fix)
     signals = [
         e
         for e in ctx.of(ev.CHILD_FAILED)
