@@ -9,8 +9,10 @@ that prints it, the file and line there, and the first release, into the doctor'
 severity, meaning, fix) is kept for every format the sources still print; a new format
 gets severity `unclassified`, which tests/doctor/test_message_catalog.py refuses until
 someone reads its code and classifies it. The checking macros of NCCL's include/checks.h
-that warn with the call's name (SYSCHECK's `"Call to " name " failed: %s"`) are expanded at
-each use, so "Call to bind failed: %s" is a format of socket.cc. A record marked
+that warn with the call's name (SYSCHECK's `"Call to " name " failed: %s"`), and those a
+source file defines for itself (nvmlwrap.cc's NVMLCHECK, `#name "() failed: %s"`), are
+expanded at each use, so "Call to bind failed: %s" is a format of socket.cc and
+"nvmlDeviceGetHandleByPciBusId() failed: %s" one of nvmlwrap.cc. A record marked
 `expanded: true` was written by hand for what no call shows whole (a later line of a
 multi-line warning, a wrapper of another library's macro) and is kept as it is.
 
@@ -166,21 +168,28 @@ def _calls(source: str, call: re.Pattern, warn: str):
 
 _DEFINE = re.compile(r"#define\s+(\w+)\(([^)]*)\)((?:[^\n]*\\\n)*[^\n]*)")
 _NAMED_WARN = re.compile(r'WARN\(\s*"((?:[^"\\]|\\.)*)"\s*name\s*"((?:[^"\\]|\\.)*)"')
+# nvmlwrap.cc's NVMLCHECK: `WARN(#name "() failed: %s", ...)`, the called function's name.
+_STRINGIFIED_WARN = re.compile(r'WARN\(\s*#name\s*"((?:[^"\\]|\\.)*)"')
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
-def checking_macros(header: str) -> dict[str, tuple[int, str, str]]:
-    """Macro -> (position of its `name` parameter, text before and after the name) for each
-    macro of checks.h whose warning prints the name it is given."""
+def checking_macros(header: str) -> dict[str, tuple[int, str, str, bool]]:
+    """Macro -> (position of its `name` parameter, text before and after the name, whether
+    the name is an identifier it stringifies) for each macro whose warning prints the name
+    it is given: checks.h's SYSCHECK and its kin, and any defined in a source file."""
     found = {}
     for define in _DEFINE.finditer(header):
         params = [p.strip() for p in define.group(2).split(",")]
-        warn = _NAMED_WARN.search(define.group(3))
-        if warn and "name" in params:
-            found[define.group(1)] = (params.index("name"), warn.group(1), warn.group(2))
+        if "name" not in params:
+            continue
+        if warn := _NAMED_WARN.search(define.group(3)):
+            found[define.group(1)] = (params.index("name"), warn.group(1), warn.group(2), False)
+        elif warn := _STRINGIFIED_WARN.search(define.group(3)):
+            found[define.group(1)] = (params.index("name"), "", warn.group(1), True)
     return found
 
 
-def _macro_calls(source: str, macros: dict[str, tuple[int, str, str]]):
+def _macro_calls(source: str, macros: dict[str, tuple[int, str, str, bool]]):
     """(WARN, None, format, line) of each use of a checking macro with a literal name."""
     if not macros:
         return
@@ -188,9 +197,13 @@ def _macro_calls(source: str, macros: dict[str, tuple[int, str, str]]):
     for found in call.finditer(source):
         if source[max(0, found.start() - 8) : found.start()].endswith("define "):
             continue
-        position, before, after = macros[found.group(1)]
+        position, before, after, stringified = macros[found.group(1)]
         args = _arguments(source, found.end() - 1)
-        name = format_string(args[position]) if args and len(args) > position else None
+        name = args[position] if args and len(args) > position else None
+        if stringified:
+            name = name if name is not None and _IDENTIFIER.fullmatch(name) else None
+        elif name is not None:
+            name = format_string(name)
         if name is not None:
             yield "WARN", None, before + name + after, source.count("\n", 0, found.start()) + 1
 
@@ -235,7 +248,8 @@ def extract(repo: Path, component: str) -> list[dict]:
             if not path.endswith((".c", ".cc", ".cu", ".h", ".cpp", ".hpp")):
                 continue
             source = _show(repo, tag, path)
-            found = [*_calls(source, call, warn), *_macro_calls(source, macros)]
+            local = checking_macros(source) if component == "nccl" else {}
+            found = [*_calls(source, call, warn), *_macro_calls(source, {**macros, **local})]
             for level, flags, fmt, line in found:
                 if level == "INFO" and not USER_FACING_INFO.search(fmt):
                     continue

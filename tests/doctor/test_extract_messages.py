@@ -200,3 +200,33 @@ def test_the_ras_service_is_cited_only_for_what_only_it_prints(tmp_path):
     rows = {r["format"]: r for r in extract.extract(repo, "nccl")}
     assert "/src/misc/socket.cc#L2" in rows["Accept failed: %s"]["source"]
     assert "/src/ras/only.cc#L2" in rows["RAS only: %s"]["source"]
+
+
+NVMLWRAP = """#include "nvmlwrap.h"
+#define NVMLCHECK(name, ...) do { \\
+  nvmlReturn_t e44241808 = pfn_##name(__VA_ARGS__); \\
+  if (e44241808 != NVML_SUCCESS) { \\
+    WARN(#name "() failed: %s", pfn_nvmlErrorString(e44241808)); \\
+    return ncclSystemError; \\
+  } \\
+} while(0)
+ncclResult_t ncclNvmlDeviceGetHandleByPciBusId(const char* pciBusId, nvmlDevice_t* device) {
+  NVMLCHECK(nvmlDeviceGetHandleByPciBusId, pciBusId, device);
+  return ncclSuccess;
+}
+"""
+
+
+def test_a_checking_macro_a_source_file_defines_is_expanded_at_each_use(tmp_path):
+    """NCCL's nvmlwrap.cc warns through its own NVMLCHECK, which stringifies the call's name
+    (`#name "() failed: %s"`): each use is a format of its own."""
+    repo = make_repo(tmp_path)
+    (repo / "src" / "misc").mkdir()
+    (repo / "src" / "misc" / "nvmlwrap.cc").write_text(NVMLWRAP)
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "nvml")
+    git(repo, "tag", "v2.20.3-1")
+    rows = {(r["level"], r["format"]): r for r in extract.extract(repo, "nccl")}
+    found = rows[("WARN", "nvmlDeviceGetHandleByPciBusId() failed: %s")]
+    assert found["source"].endswith("/blob/v2.20.3-1/src/misc/nvmlwrap.cc#L10")
+    assert not any("#name" in fmt or fmt.startswith("() failed") for _, fmt in rows)
