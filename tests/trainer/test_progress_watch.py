@@ -156,3 +156,13 @@ def test_the_main_thread_is_found_whichever_thread_caught_the_signal():
         '  File "/work/data.py", line 7 in next_batch\n',
     )
     assert collective_of(in_own_code) is None
+
+
+def test_a_beat_that_cannot_be_written_never_reaches_the_training_loop(tmp_path, monkeypatch):
+    """The watch's directory gone (or unwritable): beat() skips, it does not raise."""
+    from trainer import progress
+
+    monkeypatch.setenv(progress.DIR_ENV, str(tmp_path / "gone"))
+    monkeypatch.setattr(progress, "_beats", progress._Beats())
+    progress.beat(1)
+    assert not (tmp_path / "gone").exists()

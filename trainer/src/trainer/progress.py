@@ -41,7 +41,8 @@ from trainer.hangreport import STALLED, RankState, verdict
 DIR_ENV = "TRAINER_PROGRESS_DIR"
 TIMEOUT_ENV = "TRAINER_HANG_TIMEOUT"
 # A real-time signal: SIGUSR1 and SIGUSR2 already mean something to some frameworks.
-STACKS_SIGNAL = signal.SIGRTMIN + 4
+# None where there are none (macOS): beats still count, stacks are not dumped.
+STACKS_SIGNAL = signal.SIGRTMIN + 4 if hasattr(signal, "SIGRTMIN") else None
 _STACKS = ".stacks"
 _MIN_INTERVAL = 1.0  # seconds between two writes of one worker's beat
 _MAX_BEATERS = 4096  # files of the directory the watch reads
@@ -65,22 +66,24 @@ _beats = _Beats()
 
 
 def beat(step: int | None = None) -> None:
-    """This rank made progress (at `step`); a no-op unless trainer-launch watches."""
+    """This rank made progress (at `step`); a no-op unless trainer-launch watches. Never
+    raises: a beat that cannot be written is skipped, and training goes on."""
     directory = os.environ.get(DIR_ENV)
     now = time.monotonic()
     if not directory or now - _beats.last < _MIN_INTERVAL:
         return
-    pid = os.getpid()
-    if _beats.stacks is None:
-        # Left open: the handler writes to it whenever the launcher asks.
-        _beats.stacks = open(Path(directory, f"{pid}{_STACKS}"), "w")  # noqa: SIM115
-        faulthandler.register(STACKS_SIGNAL, file=_beats.stacks, all_threads=True)
     _beats.last = now
-    rank = os.environ.get("RANK", "0")
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    partial = Path(directory, f".{pid}.partial")
-    partial.write_text(f"{rank} {'-' if step is None else int(step)} {attempt}\n")
-    os.replace(partial, Path(directory, str(pid)))
+    pid = os.getpid()
+    with contextlib.suppress(OSError, ValueError, RuntimeError):
+        if _beats.stacks is None and STACKS_SIGNAL is not None:
+            # Left open: the handler writes to it whenever the launcher asks.
+            _beats.stacks = open(Path(directory, f"{pid}{_STACKS}"), "w")  # noqa: SIM115
+            faulthandler.register(STACKS_SIGNAL, file=_beats.stacks, all_threads=True)
+        rank = os.environ.get("RANK", "0")
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        partial = Path(directory, f".{pid}.partial")
+        partial.write_text(f"{rank} {'-' if step is None else int(step)} {attempt}\n")
+        os.replace(partial, Path(directory, str(pid)))
 
 
 # -- the launcher's side -----------------------------------------------------------------
@@ -305,6 +308,8 @@ class ProgressWatch:
         Only a worker that registered the handler (its stacks file exists) is signalled:
         to any other process the real-time signal's default action is to end it.
         """
+        if STACKS_SIGNAL is None:
+            return {}
         files = {b.pid: Path(self.directory, f"{b.pid}{_STACKS}") for b in found}
         files = {pid: path for pid, path in files.items() if path.exists()}
         before = {pid: _size(path) for pid, path in files.items()}
