@@ -121,7 +121,7 @@ def test_a_timeout_shorter_than_pytorchs_default_is_named(trainops, tmp_path):
     for rank in ranks[:3]:
         rank.timeout_ms = 600000
     _, report = doctor(trainops, str(write_per_pod(tmp_path, ranks)))
-    assert "shorter than PyTorch's default" not in rules(report)["collective-timeout"]["message"]
+    assert "shorter than PyTorch's defaults" not in rules(report)["collective-timeout"]["message"]
 
 
 def test_missing_ranks_and_stragglers(trainops, tmp_path):

@@ -114,9 +114,10 @@ def timeout(ctx: Context) -> Iterator[Found]:
     fix = None
     if seconds < DEFAULT_NCCL_TIMEOUT_S:
         suspect += (
-            f"; the process group's timeout, {seconds:g}s, is shorter than PyTorch's default "
-            f"for NCCL ({DEFAULT_NCCL_TIMEOUT_S // 60} minutes): a rank that is only slow here "
-            "(data preparation, a checkpoint or evaluation on one rank) trips it"
+            f"; the process group's timeout, {seconds:g}s, is shorter than PyTorch's defaults "
+            f"({DEFAULT_NCCL_TIMEOUT_S // 60} minutes for NCCL in 2.13, 30 minutes in older "
+            "releases and for other backends): a rank that is only slow here (data "
+            "preparation, a checkpoint or evaluation on one rank) trips it"
         )
         fix = (
             "If one rank was only slow at this collective (its log shows it busy, not stuck), "
