@@ -503,3 +503,25 @@ def test_the_signal_torchrun_got_says_who_stopped_it(trainops, tmp_path, number,
     assert found["message"].startswith(f"torchrun got {name} and stopped its workers: {words}")
     if name == "SIGHUP":
         assert "nohup does not shield it" in found["message"] and "tmux" in found["fix"]
+
+
+EAFNOSUPPORT = "(errno: 97 - Address family not supported by protocol)."
+C10D_IPV6 = (
+    f"[W socket.cpp:401] [c10d] The server socket cannot be initialized on [::]:29500 "
+    f"{EAFNOSUPPORT}\n"
+    f"[W socket.cpp:558] [c10d] The client socket cannot be initialized to connect to "
+    f"[localhost]:29500 {EAFNOSUPPORT}\n"
+)
+
+
+def test_an_errno_is_no_more_severe_than_the_message_that_carries_it(trainops, tmp_path):
+    """c10d tries each address of the host in turn and warns on one it cannot use
+    (socket.cpp's per-address tryListen/tryConnect): an IPv6 socket refused with
+    EAFNOSUPPORT before IPv4 works is a warning, not the error the errno alone would be."""
+    log = tmp_path / "c10d.log"
+    log.write_text(C10D_IPV6)
+    run = trainops("doctor", "nccl", "--format", "json", str(log))
+    found = [
+        f for f in json.loads(run.out)["findings"] if f["rule"] == "address-family-unsupported"
+    ]
+    assert found and {f["severity"] for f in found} == {"warning"}, found

@@ -182,8 +182,16 @@ def _facts(text: str, header) -> list[tuple[str, dict]]:
     if not facts and header is not None:
         facts = [(ev.MENTION, {})]  # NCCL's own line, even one no parser reads
     if facts and (errno := catalog.errno_in(message)) is not None:
-        facts.append((ev.ERRNO, {"entry": errno}))
+        # The errno says why; the message that carries it says how bad. A component that
+        # reports a failed attempt as a warning and goes on (c10d trying the next address
+        # after an IPv6 socket refused with EAFNOSUPPORT) has not failed on it.
+        carrying = next((f["entry"] for kind, f in facts if kind == ev.CATALOGUED), None)
+        cap = carrying.severity if carrying is not None else None
+        facts.append((ev.ERRNO, {"entry": errno, "cap": cap if cap in _CAPS else None}))
     return facts
+
+
+_CAPS = ("warning", "info")  # severities of a carrying message that bound its errno's
 
 
 def _bare_level(text: str) -> list[tuple[str, dict]]:

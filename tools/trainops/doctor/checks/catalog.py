@@ -10,13 +10,23 @@ generic families (an internal error, a failed system call) are not.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 from trainops.doctor import catalog
 from trainops.doctor import events as ev
 from trainops.doctor.catalog import Entry
 from trainops.doctor.events import Event
-from trainops.doctor.findings import CHECKS, Context, DoctorFinding, Found, check, materialise, who
+from trainops.doctor.findings import (
+    CHECKS,
+    SEVERITY_ORDER,
+    Context,
+    DoctorFinding,
+    Found,
+    check,
+    materialise,
+    who,
+)
 from trainops.model import ERROR, INFO
 from trainops.rules import catalog as rule_catalog
 
@@ -55,7 +65,7 @@ def catalogued(ctx: Context) -> Iterator[Found]:
     groups: dict[Entry, list[Event]] = {}
     aside: list[Event] = []
     for event in ctx.of(ev.CATALOGUED, ev.ERRNO):
-        entry = event.fields["entry"]
+        entry = _bounded(event.fields["entry"], event.fields.get("cap"))
         if entry.reported and _in_ras(event):
             aside.append(event)
         elif entry.reported:
@@ -93,6 +103,13 @@ def catalogued(ctx: Context) -> Iterator[Found]:
             rule=entry.finding,
             explains=entry.severity == ERROR,
         )
+
+
+def _bounded(entry: Entry, cap: str | None) -> Entry:
+    """An errno's entry no more severe than the message that carries it."""
+    if cap is None or SEVERITY_ORDER.get(cap, 0) <= SEVERITY_ORDER.get(entry.severity, 0):
+        return entry
+    return dataclasses.replace(entry, severity=cap)
 
 
 def _in_ras(event: Event) -> bool:
