@@ -103,6 +103,12 @@ def test_new_cluster_flags_for_the_network_write_what_set_writes(trainops, works
     assert by_flags == (workspace / "overlays/ib-set/cluster.yaml").read_text()
     network = (workspace / "overlays/ib-flags/platform/network.yaml").read_text()
     assert '"pkey": "0x8001"' in network
+    # ib-sriov-cni waits for ib-kubernetes's GUID only with this flag (a pkey needs both).
+    assert '"ibKubernetesEnabled": true' in network
+    for bad in ("zz", "0x10000", "0", "32770", "0x8000"):
+        refused = trainops("set", "ib-set", f"pkey={bad}", cwd=workspace)
+        assert refused.code == 2, (bad, refused.out)
+        assert f"pkey: '{bad}' is not a partition key" in refused.err, refused.err
 
 
 def test_new_cluster_twice_with_the_same_flags_changes_nothing(trainops, workspace):

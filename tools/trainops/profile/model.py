@@ -31,7 +31,8 @@ NETWORKS = {
 }
 # Networks whose pods get VFs (named unlike the host's PFs) from the device plugin.
 SRIOV_NETWORKS = ("sriov-roce", "ib-sriov")
-NIC_NETWORKS = ("macvlan", "host-device")  # the networks whose host interface `nic` names
+NIC_NETWORKS = ("macvlan", "host-device")
+_PKEY = re.compile(r"0[xX][0-9a-fA-F]{1,4}")  # the networks whose host interface `nic` names
 SCHEDULERS = ("default", "kueue", "volcano")
 GPUDIRECT = ("dmabuf", "peermem", "none")
 PLACEMENTS = ("pack", "spread")
@@ -432,6 +433,14 @@ def _check(p: ClusterProfile, fail) -> None:
             raise fail("gpudirect", "GPUDirect RDMA needs an RDMA fabric (roce, ib)")
     if p.pkey and network != "ib-sriov":
         raise fail("pkey", "only applies to the ib-sriov network")
+    if p.pkey and (not _PKEY.fullmatch(p.pkey) or int(p.pkey, 16) & 0x7FFF == 0):
+        # A P_Key is 16 bits, the top one full membership; 0x0000 and 0x8000 name no
+        # partition (InfiniBand Architecture Specification, 10.9.1.2).
+        raise fail(
+            "pkey",
+            f"{p.pkey!r} is not a partition key: write its 16 bits in hexadecimal, such as "
+            "0x8001 (0x0000 and 0x8000 are invalid)",
+        )
     _check_nic_selection(p, network, fail)
     if p.gidIndex is not None and p.fabric != "roce":
         raise fail("gidIndex", "only applies to RoCE")

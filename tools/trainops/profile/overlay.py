@@ -286,15 +286,20 @@ def network_config(p: ClusterProfile) -> dict[str, Any]:
                 {"type": "rdma"},
             ],
         }
-    return {
+    config: dict[str, Any] = {
         "cniVersion": "1.0.0",
         "name": "training-net",
         "type": "ib-sriov",
         "pkey": p.pkey,
         "link_state": "enable",
         "rdmaIsolation": True,
-        "ipam": ipam,
     }
+    if p.pkey:
+        # ib-kubernetes adds the VF's GUID to the partition; without this flag ib-sriov-cni
+        # does not wait for it and the pod's VF may join before its GUID is set.
+        config["ibKubernetesEnabled"] = True
+    config["ipam"] = ipam
+    return config
 
 
 def _network_document(p: ClusterProfile) -> dict[str, Any]:
