@@ -84,6 +84,15 @@ def test_a_cluster_whose_teams_lend_it_every_node_admits_its_own_mpi_jobs(traino
     validate_clean(trainops, workspace, "overlays/lab-west")
     queue = (workspace / "overlays/lab-west/platform/queue.yaml").read_text()
     assert "- name: memory\n        nominalQuota: '0'\n" in queue  # was 0Pi
+    # The teams' runs are scraped: the PodMonitor looks in their namespaces too.
+    rendered = trainops("render", "--format", "json", "overlays/lab-west", cwd=workspace)
+    (monitor,) = [
+        r["object"]
+        for r in json.loads(rendered.out)
+        if r["object"]["kind"] == "PodMonitor" and r["object"]["metadata"]["name"] == "trainer"
+    ]
+    selector = monitor["spec"]["namespaceSelector"]
+    assert selector == {"matchNames": ["training", "vision", "nlp"]}, selector
 
 
 def test_new_cluster_flags_for_the_network_write_what_set_writes(trainops, workspace):

@@ -219,6 +219,8 @@ def _platform_kustomization(p: ClusterProfile) -> str:
         patches.append({"path": "platform/sriov-operator.yaml"})
     if p.monitoring != "prometheus-operator":
         patches.append(_without_trainer_monitor())
+    elif p.teams:
+        patches.append(_trainer_monitor_namespaces(p))
     if p.scheduler != "default":
         patches.append({"path": "platform/queue.yaml"})
         if p.topology and p.scheduler == "kueue":
@@ -357,6 +359,20 @@ def _without_trainer_monitor() -> dict[str, Any]:
         "kind": "PodMonitor",
         "metadata": {"name": "trainer", "namespace": "training"},
         "$patch": "delete",
+    }
+    return {"patch": dump(doc).rstrip("\n")}
+
+
+def _trainer_monitor_namespaces(p: ClusterProfile) -> dict[str, Any]:
+    """Teams' runs are scraped too: without a namespaceSelector the Prometheus Operator
+    looks for a PodMonitor's pods in its own namespace (training) only."""
+    doc = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": {"name": "trainer", "namespace": "training"},
+        "spec": {
+            "namespaceSelector": {"matchNames": ["training", *(t.namespace for t in p.teams)]}
+        },
     }
     return {"patch": dump(doc).rstrip("\n")}
 
