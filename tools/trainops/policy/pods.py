@@ -182,10 +182,17 @@ class PodTemplate:
         return self.gpus > 0
 
     def volume(self, name: str) -> dict[str, Any] | None:
-        for volume in self.spec.get("volumes") or []:
-            if isinstance(volume, dict) and volume.get("name") == name:
-                return volume
-        return None
+        """The pod's volume of that name (the first, as the API server reads a duplicate):
+        a lookup in an index built once, since rules ask once per volume mount."""
+        return self.memo("volume-index", self._volume_index).get(name)
+
+    def _volume_index(self) -> dict[str, dict[str, Any]]:
+        index: dict[str, dict[str, Any]] = {}
+        for volume in self.volumes():
+            name = volume.get("name")
+            if isinstance(name, str):
+                index.setdefault(name, volume)
+        return index
 
     def volumes(self) -> list[dict[str, Any]]:
         items = self.spec.get("volumes")

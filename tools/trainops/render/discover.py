@@ -131,12 +131,33 @@ def _confined(path: Path, shown: str, boundary: Path | None = None) -> None:
         )
 
 
+# Argo CD's repo server merges these from an Application's path into its source before
+# generating manifests (argo-cd v3.5.1 reposerver/repository/repository.go,
+# mergeSourceParameters): patches, name prefixes, images, labels, another source type.
+ARGOCD_OVERRIDES = (".argocd-source.yaml", ".argocd-source-")
+
+
+def argocd_override(name: str) -> bool:
+    """Whether a file name is one of Argo CD's parameter override files."""
+    return name == ARGOCD_OVERRIDES[0] or (
+        name.startswith(ARGOCD_OVERRIDES[1]) and name.endswith(".yaml")
+    )
+
+
+def _synced_file(name: str, run: bool) -> bool:
+    """Whether Argo CD syncs this manifest file of a directory. A run without a
+    kustomization is a directory source, whose files Argo CD matches by their suffix alone
+    (repository.go findManifests, v3.5.1), hidden ones too; its parameter override files
+    (.argocd-source*.yaml) are refused by their own rule."""
+    return not argocd_override(name) if run else not name.startswith(".")
+
+
 def _no_jsonnet(run: Path, files: list[str]) -> None:
     """A run without a kustomization is an Argo CD directory source, and Argo CD evaluates
     the *.jsonnet files of a directory source (repository.go findManifests, v3.5.1) besides
     its YAML and JSON: what it would sync from them trainops cannot see, so it refuses them."""
     for name in sorted(files):
-        if name.endswith(".jsonnet") and not name.startswith("."):
+        if name.endswith(".jsonnet"):
             raise InputError(
                 "Argo CD evaluates this Jsonnet file of a run directory and trainops cannot "
                 "validate what it makes: write the run's manifests as YAML (or add a "
@@ -159,19 +180,24 @@ def _walk(top: Path, excluded: list[Path]) -> Iterable[tuple[str, Path]]:
             and not d.startswith(".")
             and (root_path / d).resolve() not in excluded
         )
-        if (root_path / CHART_FILE).is_file():  # a Helm chart: rendered whole by helm
+        kustomization = kustomization_file(root_path)
+        # A Helm chart, rendered whole by helm, unless a kustomization sits beside its
+        # Chart.yaml: Argo CD then builds it with kustomize (discovery.go Discover walks the
+        # files in lexical order and the last type found wins; Kustomization and
+        # kustomization.yaml sort after Chart.yaml).
+        if kustomization is None and (root_path / CHART_FILE).is_file():
             dirs[:] = []
             yield "helm", root_path
             continue
         parent_inside = inside_kustomization.get(str(root_path.parent), False)
-        kustomization = kustomization_file(root_path)
         inside_kustomization[root] = parent_inside or kustomization is not None
         if kustomization is not None:
             if not is_component(kustomization):
                 yield "kustomization", root_path
         elif not parent_inside or root_path.parent.name == "runs":
-            if root_path.parent.name == "runs":
+            run = root_path.parent.name == "runs"
+            if run:
                 _no_jsonnet(root_path, files)
             for name in sorted(files):
-                if name.endswith(MANIFEST_SUFFIXES) and not name.startswith("."):
+                if name.endswith(MANIFEST_SUFFIXES) and _synced_file(name, run):
                     yield "file", root_path / name

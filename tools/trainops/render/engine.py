@@ -31,7 +31,7 @@ from trainops.cache import Cache, FileHasher, code_fingerprint, digest
 from trainops.errors import InputError
 from trainops.model import ERROR, WARNING, Document, Finding, Target
 from trainops.render import batch, helm, kustomize, templates
-from trainops.render.discover import MANIFEST_SUFFIXES, display_path
+from trainops.render.discover import MANIFEST_SUFFIXES, argocd_override, display_path
 from trainops.render.inputs import InputGraph, RemoteUse, collect_inputs
 from trainops.render.origin import strip_origins
 from trainops.render.plain import KustomizeUses, read_plain
@@ -333,12 +333,6 @@ class _SharedBuild:
             return self._texts.pop(key, None)
 
 
-# Argo CD's repo server merges these from an Application's path into its source before
-# generating manifests (argo-cd v3.5.1 reposerver/repository/repository.go,
-# mergeSourceParameters): patches, name prefixes, images, labels, another source type.
-ARGOCD_OVERRIDES = (".argocd-source.yaml", ".argocd-source-")
-
-
 def _directory_of(target: Target) -> str:
     return target.path if target.kind == "kustomization" else os.path.dirname(target.path)
 
@@ -367,14 +361,7 @@ class ArgoCDOverrides:
             except OSError:
                 entries = []
             manifests = [n for n in entries if n.endswith(MANIFEST_SUFFIXES) and n[:1] != "."]
-            names = tuple(
-                sorted(
-                    n
-                    for n in entries
-                    if n == ARGOCD_OVERRIDES[0]
-                    or (n.startswith(ARGOCD_OVERRIDES[1]) and n.endswith(".yaml"))
-                )
-            )
+            names = tuple(sorted(n for n in entries if argocd_override(n)))
             known = self._directories[directory] = (min(manifests, default=None), names)
         return known
 
