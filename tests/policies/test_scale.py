@@ -22,6 +22,12 @@ load_pack(REPO / "policies")
 
 def _calls_to_evaluate(resources: int, target: str = "render") -> tuple[int, int, list]:
     documents = [Document(obj=o, source=target) for o in synthetic_render(resources)]
+    calls, found = _counted(documents, target)
+    return calls, len(documents), found
+
+
+def _counted(documents: list[Document], target: str) -> tuple[int, list]:
+    """The Python and C calls the pack makes on `documents`, and what it found."""
     calls = 0
 
     def count(frame, event, arg):
@@ -34,7 +40,7 @@ def _calls_to_evaluate(resources: int, target: str = "render") -> tuple[int, int
         found = evaluate(Context(Target("kustomization", target), documents), PolicySettings())
     finally:
         sys.setprofile(None)
-    return calls, len(documents), found
+    return calls, found
 
 
 def test_policy_calls_grow_linearly_with_the_render():
@@ -71,20 +77,7 @@ def _pod_with_volumes(count: int) -> dict:
 
 
 def _calls_for_one_pod(volumes: int) -> int:
-    documents = [Document(obj=_pod_with_volumes(volumes), source="render")]
-    calls = 0
-
-    def count(frame, event, arg):
-        nonlocal calls
-        if event in ("call", "c_call"):
-            calls += 1
-
-    sys.setprofile(count)
-    try:
-        evaluate(Context(Target("kustomization", "render"), documents), PolicySettings())
-    finally:
-        sys.setprofile(None)
-    return calls
+    return _counted([Document(obj=_pod_with_volumes(volumes), source="render")], "render")[0]
 
 
 def test_a_pods_checks_grow_linearly_with_its_volumes():

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.conftest import RUN_LIMIT, kill_tree, trainer_env
+from tests.trainer.conftest import trainer_env
+from tests.trainer.test_user_code import run_pod_command
 from trainer.errors import ExitCode
 from trainer.progress import collective_of
 
@@ -57,22 +58,7 @@ def run(tmp_path: Path, **extra: str) -> subprocess.CompletedProcess:
     script.write_text(SCRIPT)
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     env = trainer_env(PATH=path, PET_NPROC_PER_NODE="2", PET_STANDALONE="1", **extra)
-    process = subprocess.Popen(
-        ["trainer-launch", "--", sys.executable, str(script)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=RUN_LIMIT)
-    except subprocess.TimeoutExpired:
-        kill_tree(process)
-        stdout, stderr = process.communicate()
-        pytest.fail(f"did not finish within {RUN_LIMIT}s:\n{stderr[-3000:]}")
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    return run_pod_command(["trainer-launch", "--", sys.executable, str(script)], tmp_path, env)
 
 
 def launcher_lines(stderr: str) -> list[str]:
