@@ -380,3 +380,37 @@ def test_alert_rules_use_only_served_metrics():
 def test_a_metric_nobody_serves_is_caught():
     used = set(_selectors(promql_parser.parse("rate(DCGM_FI_DEV_NOT_A_FIELD[5m])")))
     assert not used <= set(exported_metrics()) | dcgm_enabled_fields()
+
+
+def _containers(node):
+    if isinstance(node, dict):
+        for item in node.get("containers") or []:
+            yield item
+        for value in node.values():
+            yield from _containers(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _containers(value)
+
+
+def test_every_gpu_container_of_the_templates_names_its_metrics_port():
+    """The PodMonitor scrapes the port named `metrics`; a container that holds GPUs runs the
+    ranks (the v1 MPIJob's Worker too, where mpirun execs them), so it must declare it."""
+    checked = []
+    for path in sorted((REPO / "base/training").glob("*/*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            served = {
+                e["value"]
+                for c in _containers(document)
+                for e in c.get("env") or []
+                if e.get("name") == "TRAINER_METRICS_PORT"
+            }
+            for container in _containers(document):
+                if "nvidia.com/gpu" not in (container.get("resources") or {}).get("limits", {}):
+                    continue
+                ports = {p.get("name"): p.get("containerPort") for p in container.get("ports", [])}
+                where = f"{path.relative_to(REPO)} container {container['name']}"
+                assert ports.get("metrics") is not None, where
+                assert {str(ports["metrics"])} == served, where
+                checked.append(where)
+    assert any("mpijob/mpijob.yaml" in c for c in checked) and len(checked) >= 6, checked

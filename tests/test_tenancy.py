@@ -835,8 +835,12 @@ def test_a_team_runs_data_preparation_queues_as_the_run_does(trainops, shared, c
     try:
         found = findings(trainops, shared, str(run.relative_to(shared)))
         jobs = by_kind(rendered(trainops, shared, str(run.relative_to(shared))), "Job")
+        header = (run / "prepare.yaml").read_text().split("\napiVersion", 1)[0]
     finally:
         shutil.rmtree(run)
+    # A PyTorchJob's ranks wait in trainer-launch, not in an init container.
+    assert "trainer-launch waits for (TRAINER_WAIT_FOR_FILE)" in header, header
+    assert "init container" not in header
     assert [f for f in found if f["rule"] == "admission-policy"] == []
     prepare = jobs["vision/prep-0412-prepare"]
     if cluster == "gpu-east":

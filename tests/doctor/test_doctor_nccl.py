@@ -187,6 +187,47 @@ def test_an_interface_fix_on_an_sriov_network_names_its_vf_not_nic(trainops, wor
     assert "`nic` (now ens1f0)" in rules(report)["unroutable-interface"]["fix"]
 
 
+def test_a_device_fix_on_an_sriov_network_does_not_name_hca(trainops, workspace, tmp_path):
+    """Issue 43 (walkthrough 2): `hca` is for shared devices; the overlay generates no
+    NCCL_IB_HCA on SR-IOV networks, where a pod sees only the VFs it requests."""
+    ranks = job(transport="RoCE")
+    ranks[3].transport = "Socket"
+    overlay = str(workspace / "overlays/prod-roce")
+    _, report = doctor(trainops, str(write_per_pod(tmp_path, ranks)), "--overlay", overlay)
+    fix = rules(report)["socket-fallback"]["fix"]
+    assert "`rdmaResource` (now nvidia.com/roce_vf)" in fix and "`hca` does not apply" in fix
+    assert "`hca` (now" not in fix
+    profile = tmp_path / "shared-roce.yaml"
+    profile.write_text(SHARED_ROCE)
+    assert trainops("new-cluster", "shared-roce", "--from", str(profile), cwd=workspace).code == 0
+    shared = str(workspace / "overlays/shared-roce")
+    _, report = doctor(trainops, str(write_per_pod(tmp_path, ranks)), "--overlay", shared)
+    assert "`hca` (now ['mlx5_0', 'mlx5_1'])" in rules(report)["socket-fallback"]["fix"]
+
+
+def test_a_fix_naming_nccl_variables_says_where_the_profile_sets_them(trainops, tmp_path):
+    """Issue 43 (walkthrough 2): with --overlay, NCCL_IB_GID_INDEX is the profile's `gidIndex`
+    and variables the profile has no key for go in its `nccl` map; without it, the fix is
+    NCCL's own."""
+    log = tmp_path / "rank.log"
+    log.write_text(
+        "node-a:1234:1300 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [RO]; "
+        "OOB net1:10.0.0.1<0>\n"
+        "node-a:1234:1300 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from "
+        "peer 10.0.0.2<34567> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid "
+        "::ffff:10.0.0.1 remoteGids::ffff:10.0.0.2 hca mlx5_0\n"
+    )
+    _, plain = doctor(trainops, str(log))
+    fix = rules(plain)["ib-completion-error"]["fix"]
+    assert "NCCL_IB_GID_INDEX" in fix and "cluster.yaml" not in fix
+    _, report = doctor(trainops, str(log), "--overlay", "overlays/prod-roce")
+    fix = rules(report)["ib-completion-error"]["fix"]
+    assert (
+        "NCCL_IB_GID_INDEX comes from `gidIndex` (now 3) in overlays/prod-roce/cluster.yaml" in fix
+    )
+    assert "NCCL_IB_TC, NCCL_CROSS_NIC go in the `nccl` map" in fix
+
+
 def test_no_nccl_output_is_a_one_line_input_error(trainops, tmp_path):
     log = tmp_path / "app.log"
     log.write_text("epoch 1 loss 2.3\n")

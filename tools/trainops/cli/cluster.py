@@ -383,8 +383,9 @@ def unified_diff(changes: list[FileChange], root: Path) -> str:
     "--prepare",
     metavar="COMMAND",
     help="Data preparation, split as a shell would: runs once per run in a Job of its own "
-    "with the dataset claim writable (Argo CD sync wave -1), while the ranks wait for it in "
-    "an init container. Needs --dataset-claim.",
+    "with the dataset claim writable (Argo CD sync wave -1); the ranks wait for its marker "
+    "file (torchrun runs in trainer-launch, through TRAINER_WAIT_FOR_FILE; MPI runs in an init "
+    "container). Needs --dataset-claim.",
 )
 @click.option(
     "--failure-pattern",

@@ -117,7 +117,7 @@ def _attempt(ctx: Context) -> list[DoctorFinding]:
             if item.secondary != phase:
                 continue
             for result in item.run(ctx):
-                finding = materialise(item, result, ctx.attempt)
+                finding = materialise(item, result, ctx)
                 found.append(finding)
                 explains = item.explains if result.explains is None else result.explains
                 explained = explained or explains

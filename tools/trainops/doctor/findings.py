@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from trainops.doctor.events import Event
 from trainops.doctor.evidence import RankRecord
 from trainops.doctor.expectation import Expectation
+from trainops.doctor.limits import Pattern
 from trainops.model import ERROR, INFO, WARNING
-from trainops.profile.model import NETWORKS, NIC_NETWORKS
+from trainops.profile.model import NETWORKS, NIC_NETWORKS, SRIOV_NETWORKS
 from trainops.rules import DOCTOR, RuleInfo, register
 
 CATEGORY = DOCTOR
@@ -78,8 +79,7 @@ class Context:
         """The profile keys that decide the pods' training interface, for fixes: `nic` only
         on the networks that take it (macvlan, host-device); on SR-IOV networks the pod's
         interface is the VF it requests, net1."""
-        profile = self.expectation.profile
-        network = profile.get("network") or NETWORKS[str(profile.get("fabric"))][0]
+        network = self._network()
         where = f"{self.expectation.overlay}/cluster.yaml"
         if network in NIC_NETWORKS:
             return f"`network` ({network}) and {self.key('nic')}"
@@ -87,6 +87,42 @@ class Context:
             f"`network` ({network}) in {where}: the pod's interface is net1, the virtual "
             f"function it requests as {self.key('rdmaResource')}"
         )
+
+    def device_keys(self) -> str:
+        """The profile keys that decide which RDMA devices a pod sees, for fixes: `hca` only
+        on shared devices; a pod on an SR-IOV network sees only the VF it requests."""
+        network = self._network()
+        if network in SRIOV_NETWORKS:
+            return (
+                f"{self.key('rdmaResource')} (on {network} each pod sees only the virtual "
+                "functions it requests, so `hca` does not apply)"
+            )
+        return f"{self.key('rdmaResource')} and {self.key('hca')}"
+
+    def _network(self) -> str:
+        profile = self.expectation.profile
+        return str(profile.get("network") or NETWORKS[str(profile.get("fabric"))][0])
+
+    def where_set(self, fix: str | None) -> str | None:
+        """A fix that names NCCL variables, with where this cluster's profile sets them: the
+        overlay's pods get NCCL's settings from cluster.yaml, not from a hand-edited env."""
+        if not fix or not self.expectation.overlay:
+            return fix
+        named = list(dict.fromkeys(_NCCL_VARIABLE.findall(fix)))
+        if not named:
+            return fix
+        keys = {name: self.key(key) for name, key in PROFILE_VARIABLES.items()}
+        keys["NCCL_SOCKET_IFNAME"] = self.interface_keys()
+        if self._network() in SRIOV_NETWORKS:
+            del keys["NCCL_IB_HCA"]
+        where = [f"{name} comes from {keys[name]}" for name in named if name in keys]
+        others = [n for n in named if n not in keys and not n.startswith("NCCL_DEBUG")]
+        if others:
+            where.append(
+                f"{', '.join(others)} go{'es' if len(others) == 1 else ''} in the `nccl` map "
+                f"of {self.expectation.overlay}/cluster.yaml"
+            )
+        return f"{fix} In this cluster {'; '.join(where)}." if where else fix
 
 
 @dataclass(frozen=True)
@@ -98,6 +134,14 @@ class Check:
 
 
 CHECKS: list[Check] = []
+
+# The NCCL variables a profile key sets (profile/overlay.py's cluster_env).
+PROFILE_VARIABLES = {
+    "NCCL_IB_HCA": "hca",
+    "NCCL_IB_GID_INDEX": "gidIndex",
+    "NCCL_IB_DISABLE": "fabric",
+}
+_NCCL_VARIABLE = Pattern(r"\bNCCL_[A-Z0-9_]+[A-Z0-9]")
 
 
 def check(
@@ -155,17 +199,17 @@ def evidence(events: Iterable[Event]) -> list[str]:
     return shown
 
 
-def materialise(item: Check, found: Found, attempt: int) -> DoctorFinding:
+def materialise(item: Check, found: Found, ctx: Context) -> DoctorFinding:
     events = list(found.events)
     ranks = set(found.ranks) | {e.rank for e in events if e.rank is not None}
     return DoctorFinding(
         rule=found.rule or item.info.id,
         severity=found.severity or item.info.severity,
         message=found.message,
-        fix=found.fix or item.info.fix,
+        fix=ctx.where_set(found.fix or item.info.fix),
         ranks=sorted(ranks),
         evidence=evidence(events),
-        attempt=attempt,
+        attempt=ctx.attempt,
     )
 
 

@@ -299,7 +299,12 @@ def generate_run(profile: ClusterProfile, name: str, options: RunOptions) -> dic
     if prepare is not None and dataset is not None:
         doc["resources"].append("prepare.yaml")
         queueing = plain_job_scope(profile, options.scope)
-        files["prepare.yaml"] = _prepare_job(name, dataset, prepare, run_image, queueing)
+        waits = (
+            "the ranks' init containers wait for"
+            if template in MPI_TEMPLATES
+            else f"trainer-launch waits for ({WAIT_FOR_ENV}) before it starts the ranks"
+        )
+        files["prepare.yaml"] = _prepare_job(name, dataset, prepare, run_image, queueing, waits)
     if options.scope.team:
         doc["namespace"] = options.scope.team
     if image and kind != "TrainJob":
@@ -404,11 +409,16 @@ def _wait_ops(shape: _Shape, dataset: Dataset, run: str, image: str) -> list[dic
 
 
 def _prepare_job(
-    run: str, dataset: Dataset, command: list[str], image: str, queueing: dict[str, dict]
+    run: str,
+    dataset: Dataset,
+    command: list[str],
+    image: str,
+    queueing: dict[str, dict],
+    waits: str,
 ) -> str:
     """One Job per run writes the dataset; Argo CD applies the run's job after it succeeds
-    (sync wave -1), and the ranks' init containers wait for its marker file. It queues
-    as the run does (`queueing`, from `plain_job_scope`)."""
+    (sync wave -1), and the ranks wait for its marker file (`waits` says how). It queues as
+    the run does (`queueing`, from `plain_job_scope`)."""
     marker = dataset.marker(run)
     script = f'"$@" && mkdir -p {dataset.path}/{PREPARED_DIR} && touch {marker}'
     labels = {"app.kubernetes.io/part-of": "trainops", "trainops.dev/shape": "prepare"}
@@ -453,7 +463,7 @@ def _prepare_job(
     }
     header = (
         f"# Run {run}'s data preparation: once per run, before its ranks start. It writes\n"
-        f"# claim {dataset.claim}, then {marker}, which the ranks' init containers wait for.\n"
+        f"# claim {dataset.claim}, then {marker}, which {waits}.\n"
     )
     return header + dump(job)
 

@@ -141,5 +141,5 @@ def beside_checks(ctx: Context, found: list[DoctorFinding]) -> list[DoctorFindin
         read = {e.evidence() for e in result.events} & shown
         if read and not (errno and read <= why_unsaid):
             continue
-        extra.append(materialise(item, result, ctx.attempt))
+        extra.append(materialise(item, result, ctx))
     return extra

@@ -214,8 +214,8 @@ def device_unavailable(ctx: Context) -> Iterator[Found]:
         fix = None
         if ctx.expectation.overlay:
             fix = (
-                f"Check {ctx.key('rdmaResource')} is requested and allocatable and "
-                f"{ctx.key('hca')} lists only devices the pods get."
+                f"Check {ctx.device_keys()}: the resource must be requested and "
+                "allocatable, and only devices the pods get may be named."
             )
         yield Found(
             f"{who(failed)} could not open RDMA device{named}{fallback}: it is not available "

@@ -183,9 +183,9 @@ def socket_fallback(ctx: Context) -> Iterator[Found]:
         fix = None
         if e.overlay:
             fix = (
-                f"Check {ctx.key('rdmaResource')} is allocatable on those nodes and "
-                f"{ctx.key('hca')} names devices the pods see; "
-                f"`trainops preflight {e.overlay}` checks both."
+                f"Check {ctx.device_keys()}: the resource must be allocatable on those "
+                f"nodes and name devices the pods see; `trainops preflight {e.overlay}` "
+                "checks both."
             )
         yield Found(
             f"{_who(socket)} fell back to TCP sockets{why}{context}",
