@@ -384,8 +384,7 @@ def test_a_metric_nobody_serves_is_caught():
 
 def _containers(node):
     if isinstance(node, dict):
-        for item in node.get("containers") or []:
-            yield item
+        yield from node.get("containers") or []
         for value in node.values():
             yield from _containers(value)
     elif isinstance(node, list):

@@ -373,6 +373,9 @@ def test_set_dry_run_prints_the_diff_and_writes_nothing(trainops, workspace):
         ("fabric=fddi", "overlays/prod-roce/cluster.yaml:7: fabric: must be one of tcp, roce, ib"),
         ("gpusPerNode=eight", "gpusPerNode: must be an integer, not 'eight'"),
         ("Nodes=3", "Nodes: unknown profile key; did you mean nodes?"),
+        # new-cluster's flag spelling, and snake case: the key is named as cluster.yaml has it
+        ("spare-nodes=2", "spare-nodes: unknown profile key; did you mean spareNodes?"),
+        ("gpu_health.level=3", "gpu_health: unknown profile key; did you mean gpuHealth?"),
         ("hca=mlx5_0", "hca: a pod on the sriov-roce network sees only its own VFs"),
         ("nodes.x=1", "nodes.x: nodes is not a map"),
         ("nccl.NCCL_NOPE-", "nccl.NCCL_NOPE: not set in the profile"),

@@ -52,13 +52,14 @@ def test_doctor_on_hostile_logs(tmp_path: Path, case: str):
     assert_handled(outcome)
 
 
-ESCAPES = "\x1b]0;owned\x07\x1b[2J\x9b31m"
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x9b31m\u202e\u2067\u200b"
 
 
 @pytest.mark.parametrize("command", ["nccl", "nccl-tests"])
 def test_log_lines_never_reach_the_terminal_raw(tmp_path: Path, command: str):
     """A log quoting terminal escape sequences (a title change, a screen clear, a C1
-    control): the report shows them spelled out, never as control characters."""
+    control) and characters that reorder or hide text (a right-to-left override and
+    isolate, a zero-width space): the report shows them spelled out, never raw."""
     log = write(
         tmp_path / f"host{ESCAPES}.log",
         INIT.replace("host:1:1", f"host{ESCAPES}:1:1")
@@ -68,8 +69,8 @@ def test_log_lines_never_reach_the_terminal_raw(tmp_path: Path, command: str):
     outcome = run_cli("doctor", command, str(log), cwd=tmp_path)
     assert_handled(outcome)
     assert outcome.out
-    assert not any(c in outcome.out for c in "\x1b\x07\x9b")
-    assert "\\x1b" in outcome.out
+    assert not any(c in outcome.out for c in "\x1b\x07\x9b\u202e\u2067\u200b")
+    assert "\\x1b" in outcome.out and "\\u202e" in outcome.out
 
 
 @pytest.mark.parametrize("shape", ["gzip", "json-looking"])

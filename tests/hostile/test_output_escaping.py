@@ -14,12 +14,16 @@ from tests.hostile.harness import assert_handled, run_cli, write
 
 FORGED = "::error file=README.md,line=1::forged"
 # A label key and a data key carrying a newline, a forged workflow command, an escape
-# sequence, a NUL-free C0 control, a C1 control and the Unicode line separator.
+# sequence, a NUL-free C0 control, a C1 control and the Unicode line separator; a third
+# key with bidirectional overrides and isolates (which reorder what a reader sees, as in
+# CVE-2021-42574) and invisible characters (zero-width space and joiner, word joiner, BOM).
+REORDERING = "\u202e\u2066\u2069\u200b\u200d\u2060\ufeff"
 MANIFEST = (
     "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  namespace: default\n"
     "  labels:\n"
     '    "a\\n' + FORGED + '\\e[31m\\x07\\x85\\u2028": "b"\n'
     'data:\n  "k\\r\\n::warning::forged-too\\x0b": "v"\n'
+    '  "safe\\u202e\\u2066\\u2069\\u200b\\u200d\\u2060\\ufeffkey": "v"\n'
 )
 
 
@@ -39,8 +43,9 @@ def test_no_input_forges_a_line_or_reaches_the_terminal(forged, fmt):
         assert not line.lstrip().startswith("::") or line.startswith(
             ("::error file=forge.yaml", "::warning file=forge.yaml", "::notice file=forge.yaml")
         ), line
-    assert not any(c in outcome.out for c in "\x1b\x07\x0b\r\x85\u2028")
+    assert not any(c in outcome.out for c in "\x1b\x07\x0b\r\x85\u2028" + REORDERING)
     assert "\\x1b" in outcome.out
+    assert "safe\\u202e\\u2066\\u2069\\u200b\\u200d\\u2060\\ufeffkey" in outcome.out
 
 
 def test_junit_stays_a_document_xml_parsers_read(forged):

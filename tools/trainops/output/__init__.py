@@ -11,8 +11,14 @@ from trainops.report import Report
 FORMATS = ("text", "json", "junit", "sarif", "github")
 
 # C0 and C1 controls but the tab, the Unicode line and paragraph separators, lone
-# surrogates and the two non-characters XML 1.0 refuses.
-_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
+# surrogates and the two non-characters XML 1.0 refuses; and the format characters that
+# reorder or hide text (bidirectional marks, embeddings, overrides and isolates; zero-width
+# spaces and joiners, the word joiner and invisible operators, the BOM), with which a
+# value can read as something else (CVE-2021-42574).
+_CONTROL = re.compile(
+    "[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064"
+    "\u2066-\u2069\ud800-\udfff\ufeff\ufffe\uffff]"
+)
 _NAMED = {"\n": "\\n", "\r": "\\r"}
 
 

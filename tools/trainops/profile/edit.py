@@ -43,6 +43,13 @@ class Assignment:
 def parse_assignment(text: str) -> Assignment:
     match = _ASSIGNMENT.match(text)
     if not match:
+        written = re.split(r"[.=]|-$", text, maxsplit=1)[0]
+        spelled = [k for k in FIELD_DOCS if k.lower() == re.sub(r"[-_]", "", written).lower()]
+        if spelled and spelled[0] != written:
+            raise InputError(
+                f"{written}: unknown profile key; did you mean {spelled[0]}? (profile keys "
+                "are written as in cluster.yaml)"
+            )
         raise InputError(
             f"{text!r} is not KEY=VALUE, MAP.NAME=VALUE or KEY- (to remove); "
             "for example nodes=6 or nccl.NCCL_IB_TIMEOUT=22"
