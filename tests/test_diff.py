@@ -73,6 +73,32 @@ def test_an_unknown_revision_is_a_one_line_error(trainops, workspace):
     assert len(run.err.strip().splitlines()) == 1 and "no-such-branch" in run.err
 
 
+def test_a_path_that_selects_no_application_is_an_error_not_no_changes(trainops, workspace):
+    """Issue 45: a misspelled path compared nothing and said "no changes"."""
+    run = trainops("diff", "overlays/prod-rcoe", cwd=workspace)
+    assert run.code == 2 and len(run.err.strip().splitlines()) == 1
+    assert "overlays/prod-rcoe: no Application Argo CD syncs" in run.err
+    assert trainops("diff", "overlays/prod-roce", cwd=workspace).code == 0
+    # A run deleted in the working tree is still selected: it is at the base revision.
+    shutil.rmtree(workspace / "overlays/lab-tcp/runs/mlp-smoke-1121")
+    gone = diff_json(trainops, workspace, "overlays/lab-tcp/runs/mlp-smoke-1121")
+    assert {r["change"] for r in gone["resources"]} == {"removed"}
+
+
+def test_a_run_of_plain_manifests_is_compared_as_argo_cd_syncs_it(trainops, workspace):
+    """Issue 45: a run directory without a kustomization is an Argo CD directory source;
+    diff refused it (exit 2) where validate and Argo CD read its files."""
+    run = workspace / "overlays/prod-roce/runs/bare-0001"
+    run.mkdir()
+    (run / "settings.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bare\n  namespace: training\n"
+    )
+    report = diff_json(trainops, workspace)
+    assert [(r["app"], r["resource"], r["change"]) for r in report["resources"]] == [
+        ("overlays/prod-roce/runs/bare-0001", "ConfigMap/training/bare", "added")
+    ]
+
+
 def test_named_lists_are_matched_by_name():
     old = {"env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}
     new = {

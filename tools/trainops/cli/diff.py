@@ -16,7 +16,7 @@ from trainops.diff.hazards import hazards
 from trainops.diff.revisions import checkout, resolve
 from trainops.errors import InputError
 from trainops.model import Target
-from trainops.render.discover import kustomization_file
+from trainops.render.discover import discover, kustomization_file
 
 
 @click.command("diff")
@@ -49,7 +49,9 @@ def diff(paths, base, head, fmt, output, fail_on_warning, **render_flags):
     overlays/<cluster> platform and each overlays/<cluster>/runs/<run>), plus
     argocd/ itself, at both revisions, and compares the resources field by
     field. Lists of named items (containers, env, volumes) are matched by name.
-    PATHS limit the comparison to Applications under them.
+    PATHS limit the comparison to Applications under them; a path that selects none
+    at either revision is an error. A run written as plain manifests (no
+    kustomization) is read as Argo CD's directory source syncs it.
 
     Each revision is read from Git as Argo CD would sync it (submodules at the
     commits it records); the working tree counts as what `git add -A` would
@@ -72,12 +74,22 @@ def diff(paths, base, head, fmt, output, fail_on_warning, **render_flags):
     wanted = [_relative(root, path) for path in paths]
     revisions = [resolve(root, base), resolve(root, head)]  # both, before any rendering
     sides = []
+    matched: set[str] = set()
     for revision in revisions:
         with checkout(root, revision) as tree:
             try:
-                sides.append(_render_tree(tree, wanted, render_flags))
+                resources, found = _render_tree(tree, wanted, render_flags)
             except InputError as error:
                 raise InputError(f"at {revision.describe()}: {error}") from None
+            sides.append(resources)
+            matched |= found
+    for path in wanted:
+        if path not in matched:
+            raise InputError(
+                f"no Application Argo CD syncs is at or under this path at "
+                f"{revisions[0].describe()} or {revisions[1].describe()} (nor {ARGOCD_DIR}/)",
+                path,
+            )
     diffs = compare(*sides)
     for resource_diff in diffs:
         resource_diff.warnings = hazards(resource_diff)
@@ -103,16 +115,32 @@ def _selected(app: str, wanted: list[str]) -> bool:
     )
 
 
-def _render_tree(tree: Path, wanted: list[str], flags: dict) -> dict[ResourceKey, dict]:
+def _render_tree(
+    tree: Path, wanted: list[str], flags: dict
+) -> tuple[dict[ResourceKey, dict], set[str]]:
+    """The resources of every Application under `wanted` (all when empty), and which of
+    `wanted` selected any."""
     renderer, _ = make_renderer(load_project_config(tree), **flags)
     argocd = tree / ARGOCD_DIR
     if kustomization_file(argocd) is None:
         raise InputError(f"no {ARGOCD_DIR}/kustomization.yaml: nothing says what Argo CD syncs")
     [control] = renderer.render([Target("kustomization", str(argocd))])
     appsets = [doc for doc in control.documents if doc.kind == "ApplicationSet"]
-    apps = [app for app in application_paths(tree, appsets) if _selected(app, wanted)]
+    every = [*application_paths(tree, appsets), ARGOCD_DIR]
+    found = {w for w in wanted if any(_selected(app, [w]) for app in every)}
+    apps = [app for app in every[:-1] if _selected(app, wanted)]
     resources = keyed(ARGOCD_DIR, control.documents) if _selected(ARGOCD_DIR, wanted) else {}
-    results = renderer.render([Target("kustomization", str(tree / app)) for app in apps])
-    for app, result in zip(apps, results, strict=True):
+    targets = [(app, target) for app in apps for target in _app_targets(tree / app)]
+    results = renderer.render([target for _, target in targets])
+    for (app, _), result in zip(targets, results, strict=True):
         resources.update(keyed(app, result.documents))
-    return resources
+    return resources, found
+
+
+def _app_targets(directory: Path) -> list[Target]:
+    """What Argo CD renders for an Application's path: its kustomization, else (a run
+    written as plain manifests) the files its directory source syncs, as validate reads
+    them."""
+    if kustomization_file(directory) is not None:
+        return [Target("kustomization", str(directory))]
+    return discover([str(directory)])
