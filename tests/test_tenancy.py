@@ -348,6 +348,12 @@ def test_team_flags_are_checked_before_anything_is_written(trainops, shared):
         (("--team", "vision", "--priority", "sometime"), "may use best-effort, standard, urgent"),
         (("--topology", "required:example.com/nowhere"), "is not a level"),
         (("--topology", "anywhere"), "use required:LABEL or preferred:LABEL"),
+        # Kueue admits a required request inside one domain: a rack holds 4 nodes.
+        (
+            ("--nodes", "5", "--topology", "required:topology.kubernetes.io/rack"),
+            "5 nodes never fit one topology.kubernetes.io/rack domain, which holds 4; "
+            "use preferred:topology.kubernetes.io/rack (or require topology.kubernetes.io/zone)",
+        ),
     ]:
         run = trainops("new-run", "gpu-east", "never-0412", "--nodes", "2", *args, cwd=shared)
         assert run.code == 2 and message in run.err, run.err
@@ -847,6 +853,41 @@ def test_a_team_runs_data_preparation_queues_as_the_run_does(trainops, shared, c
         assert prepare["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "vision"
     else:
         assert prepare["spec"]["template"]["spec"]["schedulerName"] == "volcano"
+
+
+NO_BORROWING = f"""\
+fabric: tcp
+nic: eth1
+gpusPerNode: 8
+nodes: 4
+storageClass: nfs
+scheduler: kueue
+gpuProduct: NVIDIA-H100-80GB-HBM3
+image: {IMAGE}
+teams:
+- name: vision
+  gpus: 16
+  borrowingLimit: 0
+- name: nlp
+  gpus: 16
+"""
+
+
+def test_a_team_run_larger_than_its_borrowing_limit_allows_is_refused(trainops, workspace):
+    """Issue 43 (walkthrough 2): with borrowingLimit 0 a team's queue holds its own 2 nodes;
+    new-run wrote a 3-node run that validate then found never admitted. A team that may
+    borrow takes the other's quota."""
+    profile = workspace / "no-borrowing.yaml"
+    profile.write_text(NO_BORROWING)
+    assert trainops("new-cluster", "lab", "--from", str(profile), cwd=workspace).code == 0
+    refused = trainops("new-run", "lab", "r1", "--team", "vision", "--nodes", "3", cwd=workspace)
+    assert refused.code == 2 and refused.err.count("\n") == 1, refused.err
+    assert "team vision's queue holds at most 2 nodes at once" in refused.err
+    assert "borrowingLimit 0" in refused.err
+    assert not (workspace / "overlays/lab/teams/vision/runs/r1").exists()
+    made = trainops("new-run", "lab", "r2", "--team", "nlp", "--nodes", "4", cwd=workspace)
+    assert made.code == 0, made.err
+    assert errors(trainops, workspace, "overlays/lab/teams/nlp/runs/r2") == []
 
 
 def test_a_team_run_larger_than_all_its_cohort_can_lend_is_never_admitted(trainops, shared):

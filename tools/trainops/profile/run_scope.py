@@ -65,10 +65,11 @@ def _annotation(template: str, key: str) -> str:
 
 
 def scope_ops(
-    profile: ClusterProfile, template: str, kind: str, scope: RunScope
+    profile: ClusterProfile, template: str, kind: str, scope: RunScope, nodes: int
 ) -> list[dict[str, Any]]:
     """The patch operations that put the job in its team's queue, at its priority and
-    topology (checked against the profile: one-line errors for what it does not offer)."""
+    topology (checked against the profile and the run's `nodes`: one-line errors for what
+    it does not offer)."""
     team = _team(profile, scope.team)
     ops: list[dict[str, Any]] = []
     if team is not None:
@@ -78,7 +79,7 @@ def scope_ops(
     if priority is not None:
         ops += _priority_ops(profile, kind, priority)
     if scope.topology:
-        ops += _topology_ops(profile, template, scope.topology)
+        ops += _topology_ops(profile, template, scope.topology, nodes)
     return ops
 
 
@@ -165,7 +166,9 @@ def _priority_ops(profile: ClusterProfile, kind: str, priority: str) -> list[dic
     ]
 
 
-def _topology_ops(profile: ClusterProfile, template: str, request: str) -> list[dict[str, Any]]:
+def _topology_ops(
+    profile: ClusterProfile, template: str, request: str, nodes: int
+) -> list[dict[str, Any]]:
     mode, _, label = request.partition(":")
     if mode not in MODES or not label:
         raise InputError(f"--topology {request!r}: use required:LABEL or preferred:LABEL")
@@ -174,9 +177,18 @@ def _topology_ops(profile: ClusterProfile, template: str, request: str) -> list[
             "--topology needs Kueue's topology-aware scheduling: a kueue cluster with "
             "topology levels in its profile (Volcano runs take the runtime's network topology)"
         )
-    if level(profile.topology, label) is None:
+    domain = level(profile.topology, label)
+    if domain is None:
         levels = ", ".join(lvl.label for lvl in profile.topology)
         raise InputError(f"--topology {request!r}: {label!r} is not a level ({levels})")
+    if mode == "required" and nodes > domain.nodes:
+        # Kueue admits a required request only inside one domain of the level.
+        wider = [lvl.label for lvl in profile.topology if lvl.nodes >= nodes]
+        hint = f" (or require {wider[-1]})" if wider else ""
+        raise InputError(
+            f"--topology {request!r}: {nodes} nodes never fit one {label} domain, which holds "
+            f"{domain.nodes}; use preferred:{label}{hint}"
+        )
     if template not in POD_TEMPLATES:
         raise InputError(
             f"--topology on a {template} run: a TrainJob's pods are its runtime's, placed by "

@@ -204,6 +204,7 @@ def generate_run(profile: ClusterProfile, name: str, options: RunOptions) -> dic
             f"{profile.nodes} nodes (spareNodes: {profile.spareNodes} stay free to replace "
             "failed ones), so a larger job is never admitted"
         )
+    _check_team_fits(profile, options.scope.team, nodes)
     if template in FIXED_PROGRAM and options.command is not None:
         raise InputError(
             f"--command on a {template} run: the template starts {FIXED_PROGRAM[template]}; "
@@ -280,7 +281,7 @@ def generate_run(profile: ClusterProfile, name: str, options: RunOptions) -> dic
         ops.append(_add("/spec/trainer/env", launcher_env))
     elif launcher_env:
         ops += [_add(f"{path}/-", item) for path in shape.launcher_env for item in launcher_env]
-    ops += scope_ops(profile, template, kind, options.scope)
+    ops += scope_ops(profile, template, kind, options.scope, nodes)
     patch = dump(ops)
     program = _program(template, command, options.args)
     if program is not None:
@@ -406,6 +407,24 @@ def _wait_ops(shape: _Shape, dataset: Dataset, run: str, image: str) -> list[dic
             ops.append(_add(f"{pod_path}/volumes", [volume]))
         ops.append(_add(f"{pod_path}/initContainers", [wait]))
     return ops
+
+
+def _check_team_fits(profile: ClusterProfile, name: str | None, nodes: int) -> None:
+    """A team's run larger than its queue can ever hold would wait unadmitted forever."""
+    team = profile.team(name) if name else None
+    if team is None or profile.scheduler == "default":
+        return  # an unknown team is scope_ops's error
+    ceiling = tenancy.team_ceiling_nodes(profile, team)
+    if nodes > ceiling:
+        borrow = (
+            f"borrowingLimit {team.borrowingLimit}"
+            if team.borrowingLimit is not None
+            else "what the other queues lend"
+        )
+        raise InputError(
+            f"--nodes {nodes}: team {team.name}'s queue holds at most {ceiling} nodes at once "
+            f"(its {team.gpus} GPUs plus {borrow}), so a larger job is never admitted"
+        )
 
 
 def _prepare_job(

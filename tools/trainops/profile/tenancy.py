@@ -124,6 +124,23 @@ def team_nodes(p: ClusterProfile) -> int:
     return sum(t.gpus for t in p.teams) // p.gpusPerNode
 
 
+def team_ceiling_nodes(p: ClusterProfile, team: Team) -> int:
+    """The most nodes one workload of `team` can ever hold at once, as its generated queue
+    admits it: Kueue, its nominal quota plus what it may borrow (its borrowingLimit) of
+    what the cohort's other ClusterQueues lend (their lendingLimit, else their quota);
+    Volcano, its Queue's capability (_volcano_queue)."""
+    per = p.gpusPerNode
+    if p.scheduler == "volcano":
+        usable = per * p.usable_nodes
+        ceiling = usable if team.borrowingLimit is None else team.gpus + team.borrowingLimit
+        return min(ceiling, usable) // per
+    others = [t for t in p.teams if t is not team]
+    lent = sum(t.gpus if t.lendingLimit is None else t.lendingLimit for t in others)
+    lent += per * platform_nodes(p)
+    borrow = lent if team.borrowingLimit is None else min(team.borrowingLimit, lent)
+    return (team.gpus + borrow) // per
+
+
 def platform_nodes(p: ClusterProfile) -> int:
     """The `training` queue's own quota: what the spares and the teams leave."""
     return p.usable_nodes - team_nodes(p)
