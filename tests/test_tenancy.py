@@ -180,6 +180,9 @@ def test_volcano_teams_get_queues_with_deserved_quota_and_the_capacity_plugin(tr
     assert queues["vision"]["spec"]["deserved"] == {"nvidia.com/gpu": "64"}
     assert queues["nlp"]["spec"]["deserved"] == {"nvidia.com/gpu": "48"}
     assert queues["training"]["spec"]["deserved"] == {"nvidia.com/gpu": "0"}  # 14 usable nodes
+    # Volcano has no cohorts: the platform's Queue borrows up to its capability.
+    comment = (shared / "overlays/gpu-west/platform/queue.yaml").read_text()
+    assert "cohort" not in comment and "up to its capability (reclaimable)" in comment
     assert {n: d["value"] for n, d in by_kind(docs, "PriorityClass").items()} == {
         "urgent": 10000,
         "standard": 1000,

@@ -209,8 +209,11 @@ def platform_queue_comment(p: ClusterProfile) -> str:
     spares = f", {p.spareNodes} spare node{plural} kept out" if p.spareNodes else ""
     if not p.teams:
         return f"# Quota: {p.usable_nodes} nodes x {p.gpusPerNode} GPUs{spares}.\n"
+    shared = (
+        f"in cohort {p.name}" if p.scheduler == "kueue" else "up to its capability (reclaimable)"
+    )
     return (
-        f"# Quota: the {platform_nodes(p)} nodes no team holds{spares}; in cohort {p.name}\n"
+        f"# Quota: the {platform_nodes(p)} nodes no team holds{spares}; {shared}\n"
         "# the platform's jobs (the NCCL preflight) also borrow what teams leave idle.\n"
     )
 
