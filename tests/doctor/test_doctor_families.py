@@ -487,7 +487,7 @@ torch.distributed.elastic.multiprocessing.api.SignalException: Process 4181 got 
 @pytest.mark.parametrize(
     ("number", "name", "words"),
     [
-        ("1", "SIGHUP", "the terminal or SSH session that started it closed"),
+        ("1", "SIGHUP", "the terminal, SSH or `kubectl exec` session that started it closed"),
         ("15", "SIGTERM", "its pod or job was stopped"),
         ("2", "SIGINT", "an interrupt"),
     ],
@@ -503,6 +503,8 @@ def test_the_signal_torchrun_got_says_who_stopped_it(trainops, tmp_path, number,
     assert found["message"].startswith(f"torchrun got {name} and stopped its workers: {words}")
     if name == "SIGHUP":
         assert "nohup does not shield it" in found["message"] and "tmux" in found["fix"]
+        # A hangup in a pod comes from the exec session that started torchrun.
+        assert "rather than starting it from `kubectl exec`" in found["fix"]
 
 
 EAFNOSUPPORT = "(errno: 97 - Address family not supported by protocol)."

@@ -256,10 +256,13 @@ def heartbeat(ctx: Context) -> Iterator[Found]:
 # Who sends torchrun each signal it handles, and what to do about it.
 AGENT_SIGNALS = {
     "SIGHUP": (
-        "the terminal or SSH session that started it closed (a hangup); torchrun handles "
-        "SIGHUP itself (TORCHELASTIC_SIGNALS_TO_HANDLE), so nohup does not shield it",
+        "the terminal, SSH or `kubectl exec` session that started it closed (a hangup); "
+        "torchrun handles SIGHUP itself (TORCHELASTIC_SIGNALS_TO_HANDLE), so nohup does not "
+        "shield it",
         "Start the job detached from the session (tmux, screen, setsid, or `nohup ... & "
-        "disown` in bash), or as a scheduled job (a PyTorchJob, a batch job).",
+        "disown` in bash), or as a scheduled job (a PyTorchJob, a batch job). In a pod, make "
+        "torchrun the container's command (as the templates do) rather than starting it "
+        "from `kubectl exec`: the exec session's end hangs it up.",
     ),
     "SIGINT": (
         "an interrupt: Ctrl-C in its terminal, or a wrapper that interrupted it",
