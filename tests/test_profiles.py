@@ -12,6 +12,7 @@ import pytest
 from tests.support import write
 from tests.test_gitops_defects import DEFECT_RULES
 from tests.workspace import commit, status
+from trainops.profile.edit import apply_assignments, parse_assignment
 
 ROCE = [
     "--fabric",
@@ -350,6 +351,27 @@ def test_set_takes_new_clusters_value_forms_and_keeps_the_next_keys_comment(trai
     bad = trainops("set", "prod-roce", "teams=vision", cwd=workspace)
     assert bad.code == 2
     assert "teams 'vision': expected NAME=NUMBER,... (e.g. vision=32,nlp=16)" in bad.err
+
+
+def test_set_keeps_the_comments_of_list_entries_that_stay():
+    """Issue 43 (walkthrough 2): replacing teams rewrote the whole block and dropped the
+    comments on its entries; entries matched by name are updated in place."""
+    text = (
+        "fabric: tcp\nteams:\n- name: vision   # the CV group\n  gpus: 32\n"
+        "- name: nlp\n  gpus: 16  # one node\n# the racks\ntopologyKey: rack\n"
+    )
+    grown = apply_assignments(text, [parse_assignment("teams=vision=64,robo=8,nlp=16")])
+    assert grown == (
+        "fabric: tcp\nteams:\n- name: vision   # the CV group\n  gpus: 64\n"
+        "- name: robo\n  gpus: 8\n- name: nlp\n  gpus: 16  # one node\n# the racks\n"
+        "topologyKey: rack\n"
+    )
+    # The last entry gone (ruamel.yaml holds the next key's comment as its): the block is
+    # rewritten, the next key's comment kept.
+    shrunk = apply_assignments(text, [parse_assignment("teams=vision=8")])
+    assert (
+        shrunk == "fabric: tcp\nteams:\n- name: vision\n  gpus: 8\n# the racks\ntopologyKey: rack\n"
+    )
 
 
 def test_set_types_a_map_entry_as_the_key_reads_it(trainops, workspace):

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from trainops.errors import InputError
 from trainops.profile.model import FIELD_DOCS, FIELD_TYPES
@@ -176,11 +176,48 @@ def _apply(text: str, a: Assignment) -> str:
         mapping[a.sub] = a.value
         return _dump(data)
     if a.key in data:
+        if _merge_entries(data[a.key], a.value):
+            return _dump(data)
         if isinstance(data[a.key], dict | list) or isinstance(a.value, dict | list):
             return _replace_block(text, data, a.key, a.value)
         data[a.key] = a.value
         return _dump(data)
     return _insert_top_level(text, data, a.key, a.value)
+
+
+def _merge_entries(old: Any, new: Any) -> bool:
+    """Update a list of mappings (teams, topology) in place, each entry matched by its
+    first key's value, so the comments on the entries that stay are kept; False (the
+    block is rewritten) when the entries are not such mappings, change order, or the last
+    one goes: ruamel.yaml holds the next key's comment as the last entry's."""
+    if not (isinstance(old, CommentedSeq) and old and isinstance(new, list) and new):
+        return False
+    if not all(isinstance(e, dict) and e for e in (*old, *new)):
+        return False
+    name = next(iter(new[0]))
+    if any(name not in e for e in (*old, *new)):
+        return False
+    wanted = [e[name] for e in new]
+    kept = [e[name] for e in old if e[name] in wanted]
+    if kept != [w for w in wanted if w in kept] or old[-1][name] != wanted[-1]:
+        return False
+    if len(set(wanted)) != len(wanted) or len(kept) != len({e[name] for e in old} & set(kept)):
+        return False
+    by_name = {e[name]: e for e in old}
+    for position in reversed(range(len(old))):
+        if old[position][name] not in wanted:
+            del old[position]
+    for position, entry in enumerate(new):
+        target = by_name.get(entry[name])
+        if target is None:
+            old.insert(position, CommentedMap(entry))
+            continue
+        for key in [k for k in target if k not in entry]:
+            del target[key]
+        for key, value in entry.items():
+            if target.get(key) != value:
+                target[key] = value
+    return True
 
 
 def _replace_block(text: str, data: CommentedMap, key: str, value: Any) -> str:
