@@ -44,6 +44,15 @@ def test_init_that_completes_without_anything_after_it_is_not_an_all_clear(train
     assert "[outcome-unproven]" in run.out and "hangs after init" in run.out
 
 
+def test_logs_that_do_not_show_the_job_working_are_a_warning_with_exit_1(trainops, tmp_path):
+    # The finding says evidence is missing, not that the job failed (the severity
+    # contract), and the exit code still refuses an all-clear.
+    run = doctor(trainops, tmp_path, NCCL_INIT)
+    assert run.code == 1
+    assert "warning: nothing in the logs shows the job worked" in run.out
+    assert "error:" not in run.out
+
+
 def test_init_that_never_completes_says_so(trainops, tmp_path):
     run = doctor(trainops, tmp_path, NCCL_INIT[::2])
     assert run.code == 1 and "no problems found" not in run.out

@@ -183,6 +183,67 @@ def test_watchdog_without_sequence_numbers():
     assert "1800s in BROADCAST" in rules(diag(line))["collective-timeout"].message
 
 
+def test_a_watchdog_paste_without_its_first_clause_wrapped_after_the_work():
+    finding = rules(
+        diag(
+            "WorkNCCL(SeqNum=12, OpType=ALLGATHER, NumelIn=4, NumelOut=8, Timeout(ms)=600000)",
+            "  ran for 721595 milliseconds before timing out",
+        )
+    )["collective-timeout"]
+    assert "600s in ALLGATHER (SeqNum 12)" in finding.message
+    assert "barrier()" not in finding.message
+
+
+def test_a_first_one_element_all_reduce_timing_out_points_at_unbound_devices():
+    # ProcessGroupNCCL runs barrier() as a one-element all-reduce on a guessed device.
+    finding = rules(
+        diag(
+            "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+            "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 721595 "
+            "milliseconds before timing out."
+        )
+    )["collective-timeout"]
+    assert "the form barrier() takes" in finding.message
+    assert "torch.cuda.set_device(local_rank)" in finding.fix
+
+
+@pytest.mark.parametrize(
+    "line, rule",
+    [
+        ("    raise RuntimeError(\"Distributed package doesn't have NCCL \" \"built in\")",
+         "torch-no-cuda-build"),
+        ("    raise _env_error(\"MASTER_ADDR\")", "launch-config-invalid"),
+        ("RuntimeError: use_libuv was requested but PyTorch was build without libuv support",
+         "launch-config-invalid"),
+    ],
+    ids=["raise-literals", "raise-env-error", "older-wording"],
+)
+def test_a_traceback_that_shows_only_the_raising_line_or_an_older_wording(line, rule):
+    lines = ["Traceback (most recent call last):", '  File "train.py", line 3, in <module>', line]
+    assert rule in rules(diag(*lines))
+
+
+def test_a_raise_line_that_builds_its_message_is_not_read_as_one():
+    from trainops.doctor.parse import raised
+
+    assert raised('raise RuntimeError(f"rank {rank} failed")') is None
+    assert raised("raise RuntimeError('a' + detail)") is None
+    assert raised("raise RuntimeError('a' 'b')") == "RuntimeError: ab"
+
+
+def test_the_lines_of_one_mpirun_message_make_one_finding():
+    found = diag(
+        "There are not enough slots available in the system to satisfy the 2 slots",
+        "that were requested by the application:",
+        "  python",
+        "",
+        "Either request fewer slots for your application, or make more slots available",
+        "for use.",
+    ).findings
+    assert [f.rule for f in found if f.severity == "error"] == ["mpirun-slots"]
+    assert "slots=N" in found[0].message
+
+
 def test_the_silent_rank_and_its_last_line(tmp_path):
     ranks = job(nodes=2, gpus=2)
     for rank in ranks[:3]:

@@ -178,9 +178,9 @@ def test_families_are_documented_in_the_runbook_and_the_catalog_page():
         assert f"`{family}`" in page
 
 
-def test_every_torch_message_as_printed_is_recognised():
+def test_every_torch_and_open_mpi_message_as_printed_is_recognised():
     missed = []
-    for entry in (e for e in catalog.entries() if e.component == "torch"):
+    for entry in (e for e in catalog.entries() if e.component in ("torch", "openmpi")):
         if entry in catalog.index().unanchored:
             continue
         line = "[rank3]:[E1201 10:00:00.123 ProcessGroupNCCL.cpp:1] " + printed(entry.key)
@@ -305,3 +305,23 @@ def test_every_nccl_result_string_is_recognised_as_its_callers_print_it(form):
 
 def test_a_result_string_is_read_only_after_nccl():
     assert catalog.lookup("ValueError: internal error while parsing the config") is None
+
+
+FORMER = [
+    (e, fmt) for e in catalog.entries() if e.component not in ("cuda", "xid") for fmt in e.former
+]
+
+
+def test_earlier_wordings_are_sourced_at_the_release_that_printed_them():
+    assert FORMER, "the catalog carries no earlier wording"
+    for entry, _ in FORMER:
+        assert re.search(r"/blob/v[\d.]+[-\w]*/", entry.former_source), entry
+
+
+@pytest.mark.parametrize(
+    "entry, fmt", FORMER, ids=[f"{e.component}:{fmt[:40]}" for e, fmt in FORMER]
+)
+def test_an_earlier_wording_names_the_message_and_the_source_that_printed_it(entry, fmt):
+    found = catalog.lookup(clean("RuntimeError: " + printed(fmt)).text)
+    assert found is not None and found.key == entry.key, (fmt, found and found.key)
+    assert found.source == entry.former_source

@@ -16,7 +16,7 @@ from trainops.cli.common import (
     save_session,
 )
 from trainops.doctor import nccl_tests, report
-from trainops.doctor.analysis import NO_EVIDENCE, Diagnosis, diagnose
+from trainops.doctor.analysis import NO_EVIDENCE, UNPROVEN, Diagnosis, diagnose
 from trainops.doctor.expectation import Expectation, from_overlay
 from trainops.doctor.findings import DoctorFinding
 from trainops.doctor.job import NO_NCCL_EVIDENCE, gather, pod_findings
@@ -76,7 +76,7 @@ def build_expectation(overlay: Path | None, expect: str | None) -> Expectation:
 
 
 def _exit(findings: list) -> None:
-    if any(f.severity == ERROR for f in findings):
+    if any(f.severity == ERROR or f.rule == UNPROVEN.id for f in findings):
         raise SystemExit(1)
 
 
@@ -85,7 +85,8 @@ def doctor() -> None:
     """Diagnose a slow, hanging or failed training job from its evidence.
 
     Exit codes: 0 no error found (and, for `nccl`, the logs show the job worked),
-    1 error findings, 2 unreadable input.
+    1 error findings or (`outcome-unproven`, a warning) logs that do not show the job
+    worked, 2 unreadable input.
     """
 
 

@@ -33,7 +33,7 @@ from trainops.doctor.findings import (
 from trainops.doctor.parse import parse
 from trainops.doctor.sources import Source
 from trainops.errors import InputError
-from trainops.model import ERROR, INFO
+from trainops.model import ERROR, INFO, WARNING
 from trainops.rules import RuleInfo, register
 
 NO_EVIDENCE = (
@@ -52,10 +52,12 @@ UNRECOGNISED = register(
     )
 )
 
+# A warning, not an error: it says the logs lack evidence, not that the job failed (the
+# severity contract); `trainops doctor nccl` still exits 1 on it.
 UNPROVEN = register(
     RuleInfo(
         "outcome-unproven",
-        ERROR,
+        WARNING,
         "The logs show the job worked",
         "A hang prints nothing, so logs without a failure line do not show a working job: the "
         "doctor needs NCCL init completing and training progressing (a step with a loss), "
@@ -282,7 +284,7 @@ def diagnose(sources: Iterable[Source], expectation: Expectation) -> Diagnosis:
             found.append(
                 DoctorFinding(
                     UNPROVEN.id,
-                    ERROR,
+                    UNPROVEN.severity,
                     (
                         "nothing in the logs shows the job worked"
                         + (" (the warnings above may be why)" if warned else "")

@@ -68,6 +68,12 @@ _CUES: dict[str, tuple[str, ...]] = {
     "gloo": (STACK,),
     "Gloo": (STACK,),
     "mpirun": (STACK,),
+    "ORTE": (CATALOG, STACK),
+    "orted": (STACK,),
+    "Open MPI": (STACK,),
+    "not enough slots": (CATALOG, STACK),
+    "fewer slots": (CATALOG, STACK),
+    "DistributedDataParallel": (STACK,),
     "deepspeed": (STACK,),
     "accelerate": (STACK,),
     "Xid": (CATALOG,),
@@ -159,8 +165,28 @@ def parse(sources: Iterable[Source]) -> list[Event]:
     return found
 
 
+# A traceback's last frame shows the source line that raised, and a paste may keep only it:
+# `raise RuntimeError("Distributed package doesn't have NCCL " "built in")`. Its message is
+# the string literals, joined as Python joins adjacent literals.
+_RAISE = Pattern(r"\s*raise ((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\((.{1,1000})\)\s*$")
+_LITERALS = Pattern(r"""(?:\s*(?:"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'))+\s*$""")
+_LITERAL = Pattern(r""""((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'""")
+
+
+def raised(text: str) -> str | None:
+    """`Error: message` for a `raise Error("message" ...)` source line of string literals."""
+    if "raise " not in text or not (m := _RAISE.match(text)):
+        return None
+    if not _LITERALS.match(m.group(2)):
+        return None
+    message = "".join(a or b for a, b in _LITERAL.findall(m.group(2)))
+    return f"{m.group(1)}: {message}" if message.strip() else None
+
+
 def _facts(text: str, header) -> list[tuple[str, dict]]:
     """What one cleaned line says, from the parsers, the outcome markers and the catalog."""
+    if header is None and (message := raised(text)) is not None:
+        text = message
     launcher = launcher_messages.read(text.strip())
     if launcher is not None:
         facts = launcher
@@ -236,6 +262,12 @@ def _numbered_lines(source: LogStream) -> Iterator[tuple[int, str]]:
             yield number, raw[start:end].rstrip()
 
 
+def _wrapped_watchdog(text: str) -> bool:
+    return text.endswith(_WRAPPED_TORCH) or (
+        "WorkNCCL(" in text and text.endswith(")") and " ran for " not in text
+    )
+
+
 def _stream(source: LogStream) -> Iterator[Event]:
     attempt = 0 if source.name.endswith(PREVIOUS) else 1
     once: set[tuple[ProcessKey, str]] = set()
@@ -262,9 +294,10 @@ def _stream(source: LogStream) -> Iterator[Event]:
             read = known[text] = (header, _facts(text, header))
         header, facts = read
         unread = all(kind in (ev.MENTION, ev.ERROR_LINE) for kind, _ in facts)
-        if header is None and unread and text.rstrip().endswith(_WRAPPED_TORCH):
+        if header is None and unread and _wrapped_watchdog(text.rstrip()):
             # ProcessGroupNCCL's watchdog message, wrapped by a paste or a terminal after its
-            # first clause: the WorkNCCL(...) and "ran for ... milliseconds" lines follow.
+            # first clause or after the work: the WorkNCCL(...) and "ran for ... milliseconds"
+            # lines follow.
             following = []
             for _ in range(_WRAP_LINES):
                 step = next(lines, None)

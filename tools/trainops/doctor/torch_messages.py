@@ -12,9 +12,10 @@ from trainops.doctor import events as ev
 from trainops.doctor.limits import Pattern
 
 _WATCHDOG = Pattern(
-    r".*?Watchdog caught collective operation timeout: WorkNCCL\((?:SeqNum=(\d+), )?"
+    r".*?(?:Watchdog caught collective operation timeout: )?WorkNCCL\((?:SeqNum=(\d+), )?"
     r"(?:[^)=]{0,40}, )?OpType=(\w+).*?Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds"
 )
+_NUMEL = Pattern(r".*?NumelIn=(\d+)")
 _RANK_BEFORE = Pattern(r".*?\[(?:PG [^\]]{0,200}?)?Rank (\d+)\] (?:Watchdog|Exception|Timeout)")
 _WORK = Pattern(
     r".*?(?:at work|at NCCL work): (\d+), last enqueued NCCL work: (-?\d+), "
@@ -98,7 +99,10 @@ def read(text: str) -> list[tuple[str, dict]]:
 
 
 def _watchdog(text: str) -> list[tuple[str, dict]]:
-    if "Watchdog caught collective operation timeout" in text:
+    # A paste may keep only the work and its timing, without the watchdog's first clause.
+    if "Watchdog caught collective operation timeout" in text or (
+        "WorkNCCL(" in text and " ran for " in text
+    ):
         m = _WATCHDOG.match(text)
         if m is None:
             return []
@@ -109,6 +113,7 @@ def _watchdog(text: str) -> list[tuple[str, dict]]:
             "op": m.group(2),
             "timeout_ms": int(m.group(3)),
             "ran_ms": int(m.group(4)),
+            "numel": int(n.group(1)) if (n := _NUMEL.match(text)) else None,
         }
         return [(ev.WATCHDOG, fields)]
     if "last enqueued NCCL work" in text and (m := _WORK.match(text)):

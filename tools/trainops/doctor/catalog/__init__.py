@@ -11,7 +11,8 @@ One YAML file per component beside this module:
 - `ucx.yaml`: UCX's errors on locked memory, shared memory, transport selection, its
   settings and lost peers;
 - `torch.yaml`: the error and warning strings of torch.distributed and torch.cuda of the
-  pinned torch;
+  pinned torch (with the earlier wordings users of older releases paste);
+- `openmpi.yaml`: Open MPI's mpirun help messages that say why no rank started;
 - `cuda.yaml`: the CUDA runtime and driver error names and their strings;
 - `xid.yaml`: NVIDIA's Xid table;
 - `errno.yaml`: the C library's error texts that name a cause wherever another component's
@@ -27,6 +28,7 @@ carry, at most `MAX_TRIES` of them.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -46,6 +48,7 @@ COMPONENTS = (
     "libfabric",
     "ucx",
     "torch",
+    "openmpi",
     "cuda",
     "xid",
     "errno",
@@ -94,7 +97,11 @@ class Entry:
     meaning: str
     fix: str = ""
     text: str = ""  # the string the error name prints as (CUDA)
-    former: tuple[str, ...] = ()  # the strings older CUDA releases printed for it
+    # What older releases printed for it: CUDA's strings; other components' earlier wordings
+    # of the message (printf formats), sourced by `former_source` at the release that
+    # printed them.
+    former: tuple[str, ...] = ()
+    former_source: str = ""
     kind: str = ""  # runtime | driver | nvml (CUDA)
     first: str = ""  # first release that prints it (NCCL, aws-ofi-nccl)
     last: str = ""  # newest release that prints it
@@ -188,6 +195,7 @@ def _entries_of(component: str, rows: list[dict]) -> Iterable[Entry]:
             fix=row.get("fix", "") or "",
             text=row.get("text", "") or "",
             former=tuple(row.get("former") or ()),
+            former_source=row.get("former_source", "") or "",
             kind=row.get("kind", "") or "",
             first=row.get("first", ""),
             last=row.get("last", ""),
@@ -257,9 +265,16 @@ def formats_of(entry: Entry) -> list[tuple[str, str]]:
             within = "" if text.lower().startswith("cuda") else within
             shown.append((text.replace("%", "%%"), within))
         return shown
-    if entry.component == "nccl-result":
-        return [(entry.key, _NCCL_CONTEXT)]
-    return [(entry.key, "")]
+    within = _NCCL_CONTEXT if entry.component == "nccl-result" else ""
+    return [(fmt, within) for fmt in (entry.key, *entry.former)]
+
+
+def _as_printed_by(entry: Entry, fmt: str) -> Entry:
+    """The entry a line in one of its earlier wordings stands for: sourced where that
+    wording was printed."""
+    if fmt in entry.former and entry.former_source:
+        return dataclasses.replace(entry, source=entry.former_source)
+    return entry
 
 
 @functools.cache
@@ -281,7 +296,7 @@ def index() -> Index:
                 cuda.setdefault(text.lower(), entry)
         for fmt, within in formats_of(entry):
             pattern, anchors, fixed = compile_format(fmt, within)
-            compiled.append((entry, pattern, anchors, fixed))
+            compiled.append((_as_printed_by(entry, fmt), pattern, anchors, fixed))
             for anchor in set(anchors):
                 frequency[anchor] = frequency.get(anchor, 0) + 1
     by_anchor: dict[tuple[str, ...], list[_Matcher]] = {}

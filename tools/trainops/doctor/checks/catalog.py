@@ -63,13 +63,16 @@ GENERIC = frozenset(
 )
 def catalogued(ctx: Context) -> Iterator[Found]:
     groups: dict[Entry, list[Event]] = {}
+    said: dict[tuple[str, str], Entry] = {}
     aside: list[Event] = []
     for event in ctx.of(ev.CATALOGUED, ev.ERRNO):
         entry = _bounded(event.fields["entry"], event.fields.get("cap"))
         if entry.reported and _in_ras(event):
             aside.append(event)
         elif entry.reported:
-            groups.setdefault(entry, []).append(event)
+            # Lines of one message (its first line and a later one) say the same: one finding.
+            same = said.setdefault((entry.finding, entry.meaning), entry)
+            groups.setdefault(same, []).append(event)
     if aside:
         yield Found(
             f"NCCL's RAS service warned on {who(aside)} "

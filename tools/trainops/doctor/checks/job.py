@@ -112,6 +112,20 @@ def timeout(ctx: Context) -> Iterator[Found]:
             else ""
         )
     fix = None
+    if seq == 1 and op == "ALLREDUCE" and all(e.fields.get("numel") == 1 for e in chosen):
+        # ProcessGroupNCCL runs barrier() as a one-element all-reduce on a device it guesses
+        # when the rank has not said which it uses, and warns that a wrong guess can hang.
+        suspect += (
+            "; it is the group's first collective and a one-element all-reduce, the form "
+            "barrier() takes: a barrier before each rank bound its GPU runs on a guessed "
+            "device and can hang there"
+        )
+        fix = (
+            "Bind each rank to its GPU before the first collective (torch.cuda.set_device("
+            "local_rank), or init_process_group(device_id=...)), and pass "
+            "barrier(device_ids=[local_rank]); if the ranks were bound, look at the ranks that "
+            "did not time out."
+        )
     if seconds < DEFAULT_NCCL_TIMEOUT_S:
         suspect += (
             f"; the process group's timeout, {seconds:g}s, is shorter than PyTorch's defaults "
