@@ -14,7 +14,9 @@ compatibility guide (minimum driver per CUDA major); SR-IOV Network Operator v1.
 `api/v1` (SriovNetwork resourceName and networkNamespace, SriovNetworkNodePolicy isRdma and
 linkType); k8s-rdma-shared-dev-plugin v1.5.3 README (configList, resourcePrefix rdma);
 whereabouts v0.9.4 `pkg/allocate` (the range's network and broadcast addresses are not
-handed out).
+handed out); Kueue v0.19.2 `pkg/config` (the manager's Configuration, decoded strictly and
+validated at start-up: framework names, external frameworks, requeuing, fair sharing,
+resources, the managed-jobs namespace selector).
 """
 
 from __future__ import annotations
@@ -1057,3 +1059,502 @@ def mig_parted_config_invalid(doc: Document, ctx: Context) -> Iterator[Violation
         return
     for problem in _mig_spec_problems(spec):
         yield Violation(f"{MIG_CONFIG_KEY} {problem}", ("data", MIG_CONFIG_KEY))
+
+
+# -- Kueue's manager Configuration (v0.19.2 pkg/config/validation.go) -------------------------
+
+KUEUE_CONFIG = "https://github.com/kubernetes-sigs/kueue/blob/v0.19.2/pkg/config/validation.go"
+KUEUE_MAIN = "https://github.com/kubernetes-sigs/kueue/blob/v0.19.2/cmd/kueue/main.go#L166-L170"
+KUEUE_CONFIG_GROUP = "config.kueue.x-k8s.io/"
+# The integrations Kueue v0.19.2 registers (pkg/controller/jobs/*: RegisterIntegration).
+KUEUE_INTEGRATIONS = frozenset(
+    {
+        "batch/job",
+        "deployment",
+        "statefulset",
+        "pod",
+        "jobset.x-k8s.io/jobset",
+        "kubeflow.org/jaxjob",
+        "kubeflow.org/paddlejob",
+        "kubeflow.org/pytorchjob",
+        "kubeflow.org/tfjob",
+        "kubeflow.org/xgboostjob",
+        "kubeflow.org/mpijob",
+        "leaderworkerset.x-k8s.io/leaderworkerset",
+        "ray.io/raycluster",
+        "ray.io/rayjob",
+        "ray.io/rayservice",
+        "sparkoperator.k8s.io/sparkapplication",
+        "trainer.kubeflow.org/trainjob",
+        "workload.codeflare.dev/appwrapper",
+    }
+)
+FAIR_SHARING_STRATEGIES = (
+    ["LessThanOrEqualToFinalShare"],
+    ["LessThanInitialShare"],
+    ["LessThanOrEqualToFinalShare", "LessThanInitialShare"],
+)
+REQUEUING_TIMESTAMPS = ("Creation", "Eviction")
+TRANSFORMATION_STRATEGIES = ("Retain", "Replace")
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_GO_DURATION = re.compile(r"^([-+]?)((\d+(\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h))+$")
+
+
+def _templated(value: Any) -> bool:
+    return isinstance(value, str) and ("{{" in value or "$(" in value)
+
+
+def kueue_configurations(doc: Document) -> list[tuple[str, dict[str, Any]]]:
+    """(data key, parsed Configuration) of every Kueue manager Configuration in a ConfigMap."""
+    out = []
+    for key, text in mapping(doc.obj.get("data")).items():
+        config = _parse_configuration(text)
+        if config is not None:
+            out.append((str(key), config))
+    return out
+
+
+def _parse_configuration(text: Any) -> dict[str, Any] | None:
+    if not isinstance(text, str) or KUEUE_CONFIG_GROUP not in text or "{{" in text:
+        return None
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    if (
+        isinstance(config, dict)
+        and config.get("kind") == "Configuration"
+        and str(config.get("apiVersion", "")).startswith(KUEUE_CONFIG_GROUP)
+    ):
+        return config
+    return None
+
+
+def kueue_chart_configurations(doc: Document) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """(path, parsed Configuration) of the kueue chart's managerConfig in an Argo CD
+    Application's (or ApplicationSet template's) Helm values."""
+    spec = mapping(doc.obj.get("spec"))
+    base: tuple[Any, ...] = ("spec",)
+    if doc.kind == "ApplicationSet":
+        spec = mapping(mapping(spec.get("template")).get("spec"))
+        base = ("spec", "template", "spec")
+    sources = [(("source",), mapping(spec.get("source")))]
+    sources += [(("sources", i), s) for i, s in enumerate(dicts(spec.get("sources")))]
+    out = []
+    for at, source in sources:
+        if source.get("chart") != "kueue":
+            continue
+        helm = mapping(source.get("helm"))
+        values, key = helm.get("valuesObject"), "valuesObject"
+        if not isinstance(values, dict) and isinstance(helm.get("values"), str):
+            key = "values"
+            try:
+                values = yaml.safe_load(helm["values"])
+            except yaml.YAMLError:
+                values = None
+        text = mapping(mapping(values).get("managerConfig")).get("controllerManagerConfigYaml")
+        config = _parse_configuration(text)
+        if config is not None:
+            out.append(((*base, *at, "helm", key), config))
+    return out
+
+
+def _negative(value: Any) -> bool:
+    return is_int(value) and value < 0
+
+
+def _duration_sign(value: Any) -> int | None:
+    """-1, 0 or 1 for a Go duration string, None when it is not one."""
+    if not isinstance(value, str) or not _GO_DURATION.match(value.strip()):
+        return None if value not in ("0", 0) else 0
+    text = value.strip()
+    if not any(c in "123456789" for c in text):
+        return 0
+    return -1 if text.startswith("-") else 1
+
+
+def _kind_arg(name: str) -> bool:
+    """schema.ParseKindArg finds a Kind.version.group (at least two dots)."""
+    return name.count(".") >= 2
+
+
+def _integration_problems(config: dict[str, Any]) -> Iterator[str]:
+    integrations = mapping(config.get("integrations"))
+    frameworks = integrations.get("frameworks")
+    seen: set[str] = set()
+    for index, name in enumerate(frameworks if isinstance(frameworks, list) else []):
+        if _templated(name):
+            continue
+        if name not in KUEUE_INTEGRATIONS:
+            yield (
+                f"integrations.frameworks[{index}] {name!r} is not an integration Kueue "
+                "registers (batch/job, kubeflow.org/pytorchjob, jobset.x-k8s.io/jobset, ...)"
+            )
+        elif name in seen:
+            yield f"integrations.frameworks[{index}] lists {name} twice"
+        seen.add(str(name))
+    external = integrations.get("externalFrameworks")
+    seen = set()
+    for index, name in enumerate(external if isinstance(external, list) else []):
+        if not isinstance(name, str) or _templated(name):
+            continue
+        if not _kind_arg(name):
+            yield (
+                f"integrations.externalFrameworks[{index}] {name!r} is not Kind.version.group "
+                "(e.g. MyJob.v1.example.com)"
+            )
+        elif name in seen:
+            yield f"integrations.externalFrameworks[{index}] lists {name} twice"
+        seen.add(name)
+    multikueue = mapping(config.get("multiKueue"))
+    seen = set()
+    for index, entry in enumerate(dicts(multikueue.get("externalFrameworks"))):
+        name = entry.get("name")
+        if not isinstance(name, str) or _templated(name):
+            continue
+        if not _kind_arg(name):
+            yield (
+                f"multiKueue.externalFrameworks[{index}].name {name!r} is not Kind.version.group"
+            )
+        elif name in seen:
+            yield f"multiKueue.externalFrameworks[{index}].name lists {name} twice"
+        seen.add(name)
+
+
+def _wait_for_pods_ready_problems(config: dict[str, Any], v1beta1: bool) -> Iterator[str]:
+    wait = config.get("waitForPodsReady")
+    if not isinstance(wait, dict) or (v1beta1 and wait.get("enable") is not True):
+        return  # off: v1beta1 converts a disabled one to none
+    # An absent or zero timeout is defaulted (10m) before validation; a negative one is not.
+    if _duration_sign(wait.get("timeout")) == -1:
+        yield f"waitForPodsReady.timeout {wait['timeout']!r} is negative"
+    if _duration_sign(wait.get("recoveryTimeout")) == -1:
+        yield f"waitForPodsReady.recoveryTimeout {wait['recoveryTimeout']!r} is negative"
+    strategy = mapping(wait.get("requeuingStrategy"))
+    timestamp = strategy.get("timestamp")
+    if (
+        timestamp is not None
+        and not _templated(timestamp)
+        and timestamp not in REQUEUING_TIMESTAMPS
+    ):
+        yield (
+            f"waitForPodsReady.requeuingStrategy.timestamp {timestamp!r} is neither Creation "
+            "nor Eviction"
+        )
+    for key in ("backoffLimitCount", "backoffBaseSeconds", "backoffMaxSeconds"):
+        if _negative(strategy.get(key)):
+            yield f"waitForPodsReady.requeuingStrategy.{key} {strategy[key]} is negative"
+
+
+def _fair_sharing_problems(config: dict[str, Any], v1beta1: bool) -> Iterator[str]:
+    fair = config.get("fairSharing")
+    if not isinstance(fair, dict) or (v1beta1 and fair.get("enable") is not True):
+        return
+    strategies = fair.get("preemptionStrategies")
+    if strategies is None or strategies == []:
+        if not v1beta1:  # v1beta1 defaults an empty list, v1beta2 does not
+            yield "fairSharing.preemptionStrategies must be specified"
+        return
+    if isinstance(strategies, list) and any(_templated(s) for s in strategies):
+        return
+    if strategies not in FAIR_SHARING_STRATEGIES:
+        yield (
+            f"fairSharing.preemptionStrategies {strategies} is not one of "
+            "[LessThanOrEqualToFinalShare], [LessThanInitialShare], "
+            "[LessThanOrEqualToFinalShare, LessThanInitialShare] (in that order)"
+        )
+
+
+def _admission_fair_sharing_problems(config: dict[str, Any]) -> Iterator[str]:
+    afs = mapping(config.get("admissionFairSharing"))
+    if _duration_sign(afs.get("usageHalfLifeTime")) == -1:
+        yield f"admissionFairSharing.usageHalfLifeTime {afs['usageHalfLifeTime']!r} is negative"
+    if "usageSamplingInterval" in afs and _duration_sign(afs["usageSamplingInterval"]) in (-1, 0):
+        yield (
+            f"admissionFairSharing.usageSamplingInterval {afs['usageSamplingInterval']!r} "
+            "is not greater than 0"
+        )
+    for name, weight in mapping(afs.get("resourceWeights")).items():
+        if isinstance(weight, (int, float)) and not isinstance(weight, bool) and weight < 0:
+            yield f"admissionFairSharing.resourceWeights[{name}] {weight} is negative"
+
+
+def _resources_problems(config: dict[str, Any]) -> Iterator[str]:
+    res = mapping(config.get("resources"))
+    inputs: set[str] = set()
+    for index, transform in enumerate(dicts(res.get("transformations"))):
+        strategy = transform.get("strategy")
+        if (
+            strategy is not None
+            and not _templated(strategy)
+            and strategy not in TRANSFORMATION_STRATEGIES
+        ):
+            yield (
+                f"resources.transformations[{index}].strategy {strategy!r} is neither Retain "
+                "nor Replace"
+            )
+        source = transform.get("input")
+        if isinstance(source, str):
+            if source in inputs:
+                yield f"resources.transformations[{index}].input {source} is transformed twice"
+            inputs.add(source)
+    yield from _device_class_problems(res.get("deviceClassMappings"))
+
+
+def _device_class_problems(mappings: Any) -> Iterator[str]:
+    if not isinstance(mappings, list) or not mappings:
+        return
+    at = "resources.deviceClassMappings"
+    if len(mappings) > 16:
+        yield f"{at} has {len(mappings)} entries, more than 16"
+    names: set[str] = set()
+    owner: dict[str, tuple[str, bool]] = {}  # device class -> (resource, mapping has sources)
+    for index, entry in enumerate(dicts(mappings)):
+        name = entry.get("name")
+        if isinstance(name, str) and not _templated(name):
+            if not _label_key(name):
+                yield f"{at}[{index}].name {name!r} is not a qualified resource name"
+            if name in names:
+                yield f"{at}[{index}].name {name} is mapped twice"
+            names.add(name)
+        classes = entry.get("deviceClassNames")
+        if not isinstance(classes, list) or not classes:
+            yield f"{at}[{index}] has no deviceClassNames"
+            continue
+        if len(classes) > 8:
+            yield f"{at}[{index}].deviceClassNames has {len(classes)} entries, more than 8"
+        has_sources = bool(entry.get("sources"))
+        own: set[str] = set()
+        for dc in classes:
+            if not isinstance(dc, str) or _templated(dc):
+                continue
+            if not _label_key(dc):
+                yield f"{at}[{index}].deviceClassNames {dc!r} is not a qualified name"
+            if dc in own:
+                yield f"{at}[{index}].deviceClassNames lists {dc} twice"
+            own.add(dc)
+            previous = owner.get(dc)
+            if previous is None:
+                owner[dc] = (str(name), has_sources)
+            elif previous[0] != str(name) and not (has_sources and previous[1]):
+                yield f"{at}[{index}]: device class {dc} is already mapped to {previous[0]}"
+
+
+def _label_key(key: str) -> bool:
+    """content.IsLabelKey: [prefix/]name, prefix a DNS subdomain, name of 63 or fewer."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+        return False
+    return 0 < len(name) <= 63 and bool(_LABEL_NAME.match(name))
+
+
+def _selector_matches(selector: dict[str, Any], labels: dict[str, str]) -> bool | None:
+    """Whether a LabelSelector matches a label set; None when it cannot tell."""
+    for key, value in mapping(selector.get("matchLabels")).items():
+        if _templated(key) or _templated(value):
+            return None
+        if labels.get(str(key)) != str(value):
+            return False
+    for expression in dicts(selector.get("matchExpressions")):
+        key, operator = str(expression.get("key")), expression.get("operator")
+        values = expression.get("values") if isinstance(expression.get("values"), list) else []
+        if _templated(key) or any(_templated(v) for v in values):
+            return None
+        if operator == "In" and labels.get(key) not in [str(v) for v in values]:
+            return False
+        if operator == "NotIn" and key in labels and labels[key] in [str(v) for v in values]:
+            return False
+        if operator == "Exists" and key not in labels:
+            return False
+        if operator == "DoesNotExist" and key in labels:
+            return False
+        if operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return None
+    return True
+
+
+def _namespace_selector_problems(config: dict[str, Any]) -> Iterator[str]:
+    selector = config.get("managedJobsNamespaceSelector")
+    if not isinstance(selector, dict):
+        return  # absent: the default selector exempts kube-system and Kueue's namespace
+    prohibited = ["kube-system"]
+    namespace = config.get("namespace")
+    if isinstance(namespace, str) and namespace and not _templated(namespace):
+        prohibited.append(namespace)
+    for name in prohibited:
+        if _selector_matches(selector, {"kubernetes.io/metadata.name": name}):
+            yield f"managedJobsNamespaceSelector matches the {name} namespace"
+
+
+def _cert_problems(config: dict[str, Any]) -> Iterator[str]:
+    certs = mapping(config.get("internalCertManagement"))
+    if certs.get("enable") is not True:
+        return
+    service, secret = certs.get("webhookServiceName"), certs.get("webhookSecretName")
+    if (
+        isinstance(service, str)
+        and not _templated(service)
+        and not (len(service) <= 63 and _DNS1035.match(service))
+    ):
+        yield f"internalCertManagement.webhookServiceName {service!r} is not a DNS-1035 label"
+    if (
+        isinstance(secret, str)
+        and not _templated(secret)
+        and not (len(secret) <= 253 and _DNS1123_SUBDOMAIN.match(secret))
+    ):
+        yield f"internalCertManagement.webhookSecretName {secret!r} is not a DNS-1123 subdomain"
+
+
+_CONFIG_FIELDS = frozenset(
+    {
+        "apiVersion",
+        "kind",
+        "namespace",
+        "manageJobsWithoutQueueName",
+        "managedJobsNamespaceSelector",
+        "internalCertManagement",
+        "waitForPodsReady",
+        "clientConnection",
+        "integrations",
+        "multiKueue",
+        "fairSharing",
+        "admissionFairSharing",
+        "resources",
+        "featureGates",
+        "objectRetentionPolicies",
+        # the inline ControllerManager
+        "webhook",
+        "leaderElection",
+        "metrics",
+        "health",
+        "pprofBindAddress",
+        "controller",
+        "tls",
+    }
+)
+# The fields each version's types declare (apis/config/<version>/configuration_types.go):
+# the manager decodes its file strictly, so any other key is refused.
+KUEUE_CONFIG_FIELDS = {
+    "v1beta1": {
+        "": _CONFIG_FIELDS | {"queueVisibility"},
+        "integrations": frozenset(
+            {"frameworks", "externalFrameworks", "podOptions", "labelKeysToCopy"}
+        ),
+        "waitForPodsReady": frozenset(
+            {"enable", "timeout", "blockAdmission", "requeuingStrategy", "recoveryTimeout"}
+        ),
+        "fairSharing": frozenset({"enable", "preemptionStrategies"}),
+        "resources": frozenset(
+            {"excludeResourcePrefixes", "transformations", "deviceClassMappings"}
+        ),
+    },
+    "v1beta2": {
+        "": _CONFIG_FIELDS | {"visibilityServer"},
+        "integrations": frozenset({"frameworks", "externalFrameworks", "labelKeysToCopy"}),
+        "waitForPodsReady": frozenset(
+            {"timeout", "blockAdmission", "requeuingStrategy", "recoveryTimeout"}
+        ),
+        "fairSharing": frozenset({"preemptionStrategies"}),
+        "resources": frozenset(
+            {
+                "quotaCheckStrategy",
+                "excludeResourcePrefixes",
+                "transformations",
+                "deviceClassMappings",
+            }
+        ),
+    },
+}
+REQUEUING_FIELDS = frozenset(
+    {"timestamp", "backoffLimitCount", "backoffBaseSeconds", "backoffMaxSeconds"}
+)
+
+
+def _unknown_field_problems(config: dict[str, Any], version: str) -> Iterator[str]:
+    fields = KUEUE_CONFIG_FIELDS[version]
+    for section, known in fields.items():
+        block = config if not section else config.get(section)
+        if not isinstance(block, dict):
+            continue
+        for key in block:
+            if isinstance(key, str) and key not in known and not _templated(key):
+                where = f"{section}.{key}" if section else key
+                hint = ""
+                if version == "v1beta2" and key == "enable":
+                    hint = f" (v1beta2 has no {section}.enable: the section's presence enables it)"
+                elif version == "v1beta2" and key == "queueVisibility":
+                    hint = " (removed in v1beta2)"
+                yield f"{version} Configuration has no field {where}{hint}"
+    strategy = mapping(config.get("waitForPodsReady")).get("requeuingStrategy")
+    for key in mapping(strategy):
+        if isinstance(key, str) and key not in REQUEUING_FIELDS:
+            yield f"{version} Configuration has no field waitForPodsReady.requeuingStrategy.{key}"
+
+
+def kueue_config_problems(config: dict[str, Any]) -> Iterator[str]:
+    """What Kueue v0.19.2's config loader (strict decoding) and config.Validate refuse, as
+    far as the file alone tells."""
+    version = str(config.get("apiVersion")).rpartition("/")[2]
+    if _templated(version):
+        return
+    if version not in KUEUE_CONFIG_FIELDS:
+        yield f"apiVersion {config.get('apiVersion')} is not served (v1beta1 or v1beta2)"
+        return
+    yield from _unknown_field_problems(config, version)
+    v1beta1 = version == "v1beta1"
+    yield from _integration_problems(config)
+    yield from _wait_for_pods_ready_problems(config, v1beta1)
+    yield from _fair_sharing_problems(config, v1beta1)
+    yield from _admission_fair_sharing_problems(config)
+    yield from _resources_problems(config)
+    yield from _namespace_selector_problems(config)
+    yield from _cert_problems(config)
+
+
+@resource_rule(
+    id="kueue-config-invalid",
+    severity=ERROR,
+    title="Kueue's manager Configuration passes Kueue's own validation",
+    why="Kueue's manager validates the Configuration of its ConfigMap at start-up "
+    "(pkg/config/validation.go) and exits on any error: the manager never becomes ready, its "
+    "webhooks refuse every queued job and nothing is admitted. It refuses an integrations."
+    "frameworks name it does not register (or one listed twice), an externalFrameworks entry "
+    "not written Kind.version.group, a waitForPodsReady requeuingStrategy timestamp other "
+    "than Creation or Eviction or a negative backoff, fairSharing.preemptionStrategies "
+    "other than the three allowed lists, a transformation strategy other than Retain or "
+    "Replace or an input transformed twice, deviceClassMappings with a resource or device "
+    "class mapped twice, and a managedJobsNamespaceSelector that matches kube-system. It "
+    "decodes the file strictly: a misspelt or removed field (queueVisibility or "
+    "waitForPodsReady.enable in v1beta2) is refused too.",
+    fix="Use the names Kueue registers (batch/job, kubeflow.org/pytorchjob, jobset.x-k8s.io/"
+    "jobset, trainer.kubeflow.org/trainjob, pod, ...), Kind.version.group for external "
+    "frameworks, and the values the fields' documentation lists.",
+    kinds=("ConfigMap", "Application", "ApplicationSet"),
+    source=(
+        KUEUE_MAIN,
+        "https://github.com/kubernetes-sigs/kueue/blob/v0.19.2/pkg/config/config.go#L55-L66",
+        KUEUE_CONFIG + "#L311-L343",
+        KUEUE_CONFIG + "#L273-L309",
+        KUEUE_CONFIG + "#L407-L428",
+        KUEUE_CONFIG + "#L454-L562",
+        KUEUE_CONFIG + "#L616-L638",
+    ),
+)
+def kueue_config_invalid(doc: Document, ctx: Context) -> Iterator[Violation]:
+    if doc.kind == "ConfigMap":
+        found = [(("data", key), key, c) for key, c in kueue_configurations(doc)]
+    else:
+        found = [
+            (at, "managerConfig.controllerManagerConfigYaml", c)
+            for at, c in kueue_chart_configurations(doc)
+        ]
+    for at, where, config in found:
+        for problem in kueue_config_problems(config):
+            yield Violation(
+                f"{where}: {problem}; Kueue's manager refuses the configuration and does not start",
+                at,
+            )

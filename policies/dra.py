@@ -14,7 +14,10 @@ request's `count: 0` into one device; the API server never checks a container cl
 `request` against the claim's requests; claims and templates are found in the pod's own
 namespace; and the DRA allocator gives a claim one allocation, bound to one node when its
 devices are node-local, shared by every pod that names the claim itself. The NVIDIA DRA
-driver (v25.12) creates each ComputeDomain's channel ResourceClaimTemplate itself.
+driver (v25.12) creates each ComputeDomain's channel ResourceClaimTemplate itself, and its
+compute-domain kubelet plugin strictly decodes and validates the opaque configs it prepares.
+At v1.36 the allocator skips devices whose NoSchedule/NoExecute taints (DeviceTaintRules
+included) a request does not tolerate.
 """
 
 from __future__ import annotations
@@ -847,3 +850,232 @@ def _gpu_config_problems(parameters: dict, at: tuple) -> Iterator[Violation]:
             f"defaultActiveThreadPercentage {percentage} is outside 0-100",
             (*at, "sharing", "mpsConfig", "defaultActiveThreadPercentage"),
         )
+
+
+# -- opaque config for the ComputeDomain driver (NVIDIA DRA driver v25.12) ---------------------
+
+CD_DRIVER = "compute-domain.nvidia.com"
+CD_CONFIG_KINDS = frozenset({"ComputeDomainChannelConfig", "ComputeDomainDaemonConfig"})
+CD_CLASS = "compute-domain-default-channel.nvidia.com"
+CD_CLASSES = frozenset({CD_CLASS, "compute-domain-daemon.nvidia.com"})
+CD_PREPARE = NVIDIA_CONFIG + "cmd/compute-domain-kubelet-plugin/device_state.go#L335-L367"
+CD_DECODE = NVIDIA_CONFIG + "cmd/compute-domain-kubelet-plugin/device_state.go#L713-L770"
+CD_SCHEME = NVIDIA_CONFIG + "api/nvidia.com/resource/v1beta1/api.go#L64-L98"
+CD_VALIDATE = NVIDIA_CONFIG + "api/nvidia.com/resource/v1beta1/computedomainconfig.go#L49-L86"
+
+
+def _templated(value: Any) -> bool:
+    return isinstance(value, str) and ("{{" in value or "$(" in value)
+
+
+@resource_rule(
+    id="nvidia-dra-computedomain-config",
+    severity=ERROR,
+    title="Opaque config for compute-domain.nvidia.com is a ComputeDomain config with a domainID",
+    why="The NVIDIA DRA driver's compute-domain kubelet plugin (v25.12) strictly decodes a "
+    "claim's opaque config for compute-domain.nvidia.com and accepts only "
+    "resource.nvidia.com/v1beta1 ComputeDomainChannelConfig or ComputeDomainDaemonConfig "
+    "('runtime object is not a recognized configuration' otherwise); their Validate refuses "
+    "an empty domainID ('domainID cannot be empty'). Preparing the claim fails and the pod "
+    "never starts.",
+    fix="Let the ComputeDomain make its channel ResourceClaimTemplate (spec.channel."
+    "resourceClaimTemplate.name) instead of writing the config; a hand-written one needs "
+    "kind ComputeDomainChannelConfig and domainID set to the ComputeDomain's UID.",
+    kinds=("ResourceClaim", "ResourceClaimTemplate", "DeviceClass"),
+    source=(CD_PREPARE, CD_DECODE, CD_SCHEME, CD_VALIDATE),
+)
+def computedomain_config(doc: Document, ctx: Context) -> Iterator[Violation]:
+    if doc.kind == "DeviceClass":
+        entries, at = mapping(doc.obj.get("spec")).get("config"), ("spec", "config")
+        selects = doc.name in CD_CLASSES or CD_DRIVER in str(doc.obj.get("spec"))
+        classes = {"": CD_CLASS} if selects else {}
+    else:
+        spec, base = _claim_spec(doc)
+        entries, at = mapping(spec.get("devices")).get("config"), (*base, "devices", "config")
+        classes = _request_classes(mapping(spec.get("devices")))
+    if not CD_CLASSES & set(classes.values()):
+        return  # no compute-domain device is prepared for it: the plugin never sees the config
+    for index, entry in enumerate(entries if isinstance(entries, list) else []):
+        opaque = mapping(mapping(entry).get("opaque"))
+        parameters = opaque.get("parameters")
+        if opaque.get("driver") != CD_DRIVER or not isinstance(parameters, dict):
+            continue
+        where = (*at, index, "opaque", "parameters")
+        kind, version = parameters.get("kind"), parameters.get("apiVersion")
+        if _templated(kind) or _templated(version):
+            continue
+        # Every config of the driver is decoded strictly, whatever requests it names.
+        if version != "resource.nvidia.com/v1beta1" or kind not in NVIDIA_API_KINDS:
+            yield Violation(
+                f"parameters of apiVersion {version} kind {kind}: the compute-domain plugin "
+                "cannot decode them and fails to prepare the claim",
+                where,
+            )
+            continue
+        if kind in CD_CONFIG_KINDS:
+            unknown = sorted(set(parameters) - CD_CONFIG_FIELDS[str(kind)])
+            if unknown:
+                yield Violation(
+                    f"{kind} has unknown field {', '.join(unknown)}: the plugin's strict "
+                    "decoding refuses it and the claim is never prepared",
+                    (*where, unknown[0]),
+                )
+                continue
+        if not _applies_to_domain(mapping(entry), classes):
+            continue  # applied to no compute-domain device: never validated
+        if kind not in CD_CONFIG_KINDS:
+            yield Violation(
+                f"a {kind} for compute-domain devices: the plugin accepts only "
+                f"{', '.join(sorted(CD_CONFIG_KINDS))} ('not a recognized configuration') "
+                "and fails to prepare the claim",
+                (*where, "kind"),
+            )
+            continue
+        domain = parameters.get("domainID")
+        if domain is None or domain == "":
+            yield Violation(
+                f"{kind} without a domainID: the plugin's Validate refuses it ('domainID cannot "
+                "be empty') and the claim is never prepared",
+                (*where, "domainID") if "domainID" in parameters else where,
+            )
+
+
+# Kinds the driver's config scheme decodes (api.go, AddKnownTypes) and the fields of the
+# compute-domain configs (computedomainconfig.go: TypeMeta inline, domainID, allocationMode).
+NVIDIA_API_KINDS = frozenset(
+    {*NVIDIA_CONFIG_KINDS, *CD_CONFIG_KINDS, "ComputeDomain", "ComputeDomainClique"}
+)
+CD_CONFIG_FIELDS = {
+    "ComputeDomainChannelConfig": frozenset({"apiVersion", "kind", "domainID", "allocationMode"}),
+    "ComputeDomainDaemonConfig": frozenset({"apiVersion", "kind", "domainID"}),
+}
+
+
+def _applies_to_domain(entry: dict, classes: dict[str, str]) -> bool:
+    """Whether a config is applied to a compute-domain device: it names no requests (all of
+    them), or a request of the driver's compute-domain classes."""
+    requests = entry.get("requests")
+    if not isinstance(requests, list) or not requests:
+        return True
+    return any(classes.get(str(name).split("/", 1)[0]) in CD_CLASSES for name in requests)
+
+
+# -- device taints: DeviceTaintRules against a claim's tolerations (resource.k8s.io 1.36) ------
+
+DRA_136 = "https://github.com/kubernetes/dynamic-resource-allocation/blob/kubernetes-1.36.2/"
+TOLERATES_TAINT = DRA_136 + "resourceclaim/devicetoleration.go#L35-L56"
+TAINT_ALLOCATION = DRA_136 + "structured/internal/stable/allocator_stable.go#L1153-L1231"
+TAINT_SELECTOR = (
+    "https://github.com/kubernetes/api/blob/v0.36.2/resource/v1alpha3/types.go#L226-L295"
+)
+# The driver whose devices each of the NVIDIA DRA driver's DeviceClasses selects (v25.12.0,
+# templates/deviceclass-*.yaml: `device.driver == '...'`).
+CLASS_DRIVERS = {
+    "gpu.nvidia.com": "gpu.nvidia.com",
+    "mig.nvidia.com": "gpu.nvidia.com",
+    "vfio.gpu.nvidia.com": "gpu.nvidia.com",
+    "compute-domain-daemon.nvidia.com": CD_DRIVER,
+    "compute-domain-default-channel.nvidia.com": CD_DRIVER,
+}
+BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+
+def tolerates_taint(toleration: dict, taint: dict) -> bool:
+    """resourceclaim.ToleratesTaint: effect, key, then Equal (value must match, an absent
+    value is "") or Exists (any value)."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    if key and key != (taint.get("key") or ""):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Equal":
+        return str(toleration.get("value") or "") == str(taint.get("value") or "")
+    return operator == "Exists"
+
+
+def _driver_wide_taints(ctx: Context) -> dict[str | None, list[tuple[str, dict]]]:
+    """Driver (None: every driver) -> (DeviceTaintRule name, taint) of the rules in the
+    render that taint every device of that driver with a taint that blocks allocation."""
+    found: dict[str | None, list[tuple[str, dict]]] = {}
+    for rule in ctx.of_kind("DeviceTaintRule"):
+        spec = mapping(rule.obj.get("spec"))
+        selector = spec.get("deviceSelector")
+        taint = spec.get("taint")
+        if not isinstance(selector, dict) or not isinstance(taint, dict):
+            continue  # without a selector no device is tainted
+        if set(selector) - {"driver"} or taint.get("effect") not in BLOCKING_EFFECTS:
+            continue  # a pool, a device or a tombstoned field: not every device
+        driver = selector.get("driver")
+        if not isinstance(taint.get("key"), str) or any(
+            _templated(v) for v in (driver, taint.get("key"), taint.get("value"))
+        ):
+            continue
+        if driver is not None and not isinstance(driver, str):
+            continue
+        found.setdefault(driver or None, []).append((rule.name, taint))
+    return found
+
+
+@resource_rule(
+    id="dra-device-taint-untolerated",
+    severity=ERROR,
+    title="Device requests tolerate the DeviceTaintRules that taint all their devices",
+    why="A DeviceTaintRule taints every device its deviceSelector matches; a selector naming "
+    "only a driver (or empty) matches all of that driver's devices. The scheduler's "
+    "allocator does not allocate a device with a NoSchedule or NoExecute taint that none of "
+    "the request's tolerations tolerates (ToleratesTaint: operator Equal needs the same "
+    "value, an absent value matching only an empty one; Exists matches any value), so a "
+    "request of the NVIDIA driver's classes that tolerates no such taint is never allocated "
+    "and its pods stay Pending (NoExecute also evicts running ones).",
+    fix="Add a toleration for the taint to the request (exactly.tolerations: key, operator "
+    "Exists or Equal with the taint's value, effect), or narrow the DeviceTaintRule to the "
+    "pools or devices it means.",
+    kinds=("ResourceClaim", "ResourceClaimTemplate"),
+    source=(TAINT_ALLOCATION, TOLERATES_TAINT, TAINT_SELECTOR),
+    render_needs=("DeviceTaintRule",),
+)
+def device_taint_untolerated(doc: Document, ctx: Context) -> Iterator[Violation]:
+    taints = ctx.memo("dra-driver-wide-taints", lambda: _driver_wide_taints(ctx))
+    if not taints:
+        return
+    spec, base = _claim_spec(doc)
+    for index, request in enumerate(_requests(spec)):
+        blocked: list[tuple[tuple[Any, ...], str, str, dict]] = []
+        alternatives = list(_device_requests(request))
+        for device, relative, _ in alternatives:
+            device_class = device.get("deviceClassName")
+            driver = CLASS_DRIVERS.get(str(device_class))
+            if driver is None:
+                break  # a class of unknown devices: cannot say
+            tolerations = [mapping(t) for t in device.get("tolerations") or []]
+            if any(_templated(v) for t in tolerations for v in t.values()):
+                break
+            for name, taint in (*taints.get(driver, ()), *taints.get(None, ())):
+                if not any(tolerates_taint(t, taint) for t in tolerations):
+                    blocked.append((relative, str(device_class), name, taint))
+                    break
+            else:
+                break  # this alternative can be allocated
+        else:
+            if not alternatives or len(blocked) != len(alternatives):
+                continue
+            relative, device_class, name, taint = blocked[0]
+            shown = f"{taint.get('key')}={taint.get('value') or ''}:{taint.get('effect')}"
+            who = f"request {request.get('name')} (class {device_class})"
+            if len(alternatives) > 1:
+                who = f"no alternative of request {request.get('name')} ({device_class}, ...)"
+            verb = "tolerates" if len(alternatives) > 1 else "does not tolerate"
+            yield Violation(
+                f"{who} {verb} taint {shown} "
+                f"of DeviceTaintRule {name}, which taints every device of its driver: the "
+                "scheduler allocates no device and the pods stay Pending",
+                (
+                    *base,
+                    "devices",
+                    "requests",
+                    index,
+                    *(relative if len(alternatives) == 1 else ()),
+                ),
+            )

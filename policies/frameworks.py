@@ -569,6 +569,9 @@ def _float(words: list[str], name: str) -> float | None:
         MEGATRON_ARGS + "#L1234-L1277",
         MEGATRON_ARGS + "#L1319-L1336",
         MEGATRON_ARGS + "#L1385-L1388",
+        MEGATRON_ARGS + "#L90-L97",
+        MEGATRON_ARGS + "#L397-L398",
+        MEGATRON_TAG + "megatron/training/initialize.py#L436-L461",
     ),
     title="Megatron's model, schedule, checkpoint and precision options are complete and agree",
     why="validate_args asserts that --num-layers, --hidden-size, --num-attention-heads and "
@@ -578,8 +581,10 @@ def _float(words: list[str], name: str) -> float | None:
     "--save-interval (and a "
     "--save-retain-interval that is a multiple of it), that --min-lr is not above --lr, "
     "that --fp16-lm-cross-entropy runs with --fp16 and --fp32-residual-connection with "
-    "--fp16 or --bf16, and that selective recomputation takes no --recompute-method. Every "
-    "rank stops at start-up.",
+    "--fp16 or --bf16, that selective recomputation takes no --recompute-method, that "
+    "--use-checkpoint-args comes with --load or --pretrained-checkpoint (and not with "
+    "--non-persistent-ckpt-type local), that --non-persistent-ckpt-type is global or local, "
+    "and (initialize.py) that --seed is a positive integer. Every rank stops at start-up.",
     fix="Add --save-interval N to --save, keep --min-lr at or below --lr, and drop the "
     "options the chosen precision or recomputation does not take.",
 )
@@ -630,6 +635,127 @@ def megatron_training_args(pod: PodTemplate, ctx: Context) -> Iterator[Violation
         selective = granularity == "selective" or run.has("--recompute-activations")
         if selective and run.has("--recompute-method"):
             yield Violation("selective recomputation with --recompute-method", at)
+        yield from _checkpoint_and_seed(run, at)
+
+
+def _signed(value: str | None) -> int | None:
+    text = value[1:] if value is not None and value.startswith("-") else value
+    return int(value) if value is not None and text and text.isdigit() else None
+
+
+def _checkpoint_and_seed(run: Megatron, at: tuple) -> Iterator[Violation]:
+    words = run.words
+    kind, _ = commandline.flag(words, "--non-persistent-ckpt-type")
+    if run.has("--use-checkpoint-args"):
+        if not (run.has("--load") or run.has("--pretrained-checkpoint")):
+            yield Violation(
+                "--use-checkpoint-args without --load or --pretrained-checkpoint: Megatron "
+                "asserts one is given",
+                at,
+            )
+        if kind == "local":
+            yield Violation(
+                "--use-checkpoint-args with --non-persistent-ckpt-type local: Megatron asserts",
+                at,
+            )
+    if kind == "in_memory":
+        yield Violation(
+            "--non-persistent-ckpt-type in_memory: validate_args asserts global or local", at
+        )
+    seed = _signed(commandline.flag(words, "--seed")[0])
+    if seed is not None and seed <= 0:
+        yield Violation(f"--seed {seed}: Megatron raises that the seed must be positive", at)
+
+
+MODEL_PARALLEL_CONFIG = MEGATRON_TAG + "megatron/core/model_parallel_config.py"
+_VIRTUAL_PIPELINE = (
+    "--num-layers-per-virtual-pipeline-stage",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--pipeline-model-parallel-layout",
+    "--hybrid-layer-pattern",
+    "--hybrid-override-pattern",
+)
+
+
+@_megatron_rule(
+    id="megatron-model-parallel-config",
+    severity=ERROR,
+    source=(
+        MODEL_PARALLEL_CONFIG + "#L545-L558",
+        MODEL_PARALLEL_CONFIG + "#L560-L565",
+        MODEL_PARALLEL_CONFIG + "#L570-L575",
+        MEGATRON_ARGS + "#L964-L983",
+        MEGATRON_TAG + "megatron/training/argument_utils.py#L307",
+    ),
+    when={
+        "error": "--defer-embedding-wgrad-compute with pipeline parallel size 1, with "
+        "--no-gradient-accumulation-fusion or with a negative --wgrad-deferral-limit; "
+        "--overlap-p2p-communication-warmup-flush with --no-overlap-p2p-communication or "
+        "without the interleaved schedule: ModelParallelConfig raises",
+        "warning": "expert and tensor parallelism without --sequence-parallel: Megatron "
+        "warns that it must be used",
+    },
+    title="Megatron's pipeline and wgrad options come with what ModelParallelConfig needs",
+    why="The TransformerConfig built from the arguments runs ModelParallelConfig's checks: "
+    "deferring the embedding wgrad compute needs pipeline parallelism, gradient "
+    "accumulation fusion and a deferral limit >= 0, and overlapping p2p communication in "
+    "warmup and flush needs overlap_p2p_comm without batch_p2p_comm (Megatron sets "
+    "batch_p2p_comm = not overlap_p2p_comm, and validate_args turns overlap_p2p_comm off "
+    "unless the interleaved schedule is used); each raises ValueError when the model is "
+    "built. With expert and tensor parallelism it warns that sequence parallelism must be "
+    "used.",
+    fix="Use --defer-embedding-wgrad-compute only with --pipeline-model-parallel-size > 1 and "
+    "gradient accumulation fusion; use --overlap-p2p-communication-warmup-flush only with "
+    "virtual pipeline stages and without --no-overlap-p2p-communication; add "
+    "--sequence-parallel to expert plus tensor parallelism.",
+)
+def megatron_model_parallel_config(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for run in _megatron(pod, ctx):
+        at = commandline_at(pod, run.index, run.container)
+        if any(run.has(n) for n in ("--use-checkpoint-args", "--yaml-cfg")):
+            continue  # arguments also come from a checkpoint or a YAML file
+        tp, pp, ep = run.size("tp"), run.size("pp"), run.size("ep")
+        if run.has("--defer-embedding-wgrad-compute"):
+            if pp == 1 and ("pp" in run.ints or not run.has("--pipeline-model-parallel-size")):
+                yield Violation(
+                    "--defer-embedding-wgrad-compute without pipeline parallelism: "
+                    "ModelParallelConfig raises",
+                    at,
+                )
+            if run.has("--no-gradient-accumulation-fusion"):
+                yield Violation(
+                    "--defer-embedding-wgrad-compute with --no-gradient-accumulation-fusion: "
+                    "ModelParallelConfig raises",
+                    at,
+                )
+            limit = _signed(commandline.flag(run.words, "--wgrad-deferral-limit")[0])
+            if limit is not None and limit < 0:
+                yield Violation(
+                    f"--wgrad-deferral-limit {limit} with --defer-embedding-wgrad-compute: "
+                    "ModelParallelConfig raises (>= 0)",
+                    at,
+                )
+        if run.has("--overlap-p2p-communication-warmup-flush"):
+            if run.has("--no-overlap-p2p-communication"):
+                yield Violation(
+                    "--overlap-p2p-communication-warmup-flush with "
+                    "--no-overlap-p2p-communication: ModelParallelConfig raises",
+                    at,
+                )
+            elif not any(run.has(n) for n in _VIRTUAL_PIPELINE):
+                yield Violation(
+                    "--overlap-p2p-communication-warmup-flush without virtual pipeline "
+                    "stages: Megatron turns overlap_p2p_comm off and ModelParallelConfig raises",
+                    at,
+                )
+        known = all(k in run.ints or not run.has(_INT_FLAGS[k]) for k in ("tp", "ep"))
+        if known and ep > 1 and tp > 1 and not run.has("--sequence-parallel"):
+            yield Violation(
+                f"expert parallel {ep} with tensor parallel {tp} without --sequence-parallel: "
+                "Megatron warns that sequence parallelism must be used",
+                at,
+                severity=WARNING,
+            )
 
 
 # -- DeepSpeed configs in ConfigMaps ---------------------------------------------------------

@@ -551,3 +551,134 @@ def mpi_launcher_start_policy(doc: Document, ctx: Context) -> Iterator[Violation
             "before the workers are ready",
             ("spec", "mpiReplicaSpecs", "Launcher", "restartPolicy"),
         )
+
+
+DEEPSPEED_RUNNER = "https://github.com/deepspeedai/DeepSpeed/blob/v0.19.5/deepspeed/launcher/"
+# The backends runner.py knows (constants.py; it lower-cases --launcher first).
+DEEPSPEED_LAUNCHERS = ("pdsh", "openmpi", "mpich", "impi", "slurm", "mvapich")
+# Those that start every slot of the hostfile and refuse to be narrowed.
+DEEPSPEED_MPI_LAUNCHERS = ("openmpi", "mpich", "impi", "mvapich")
+
+
+def _deepspeed_hosts(pod: PodTemplate, ctx: Context) -> int | None:
+    """Hosts of the operator's hostfile the launcher pod reads (None: not an MPI launcher,
+    or a count that is not a number)."""
+    job = common.mpi_job(pod, ctx)
+    if job is None or job.ranks is None or job.ranks.replicas is None:
+        return None
+    return job.ranks.replicas + (1 if job.launcher_computes is True else 0)
+
+
+@pod_rule(
+    id="deepspeed-launcher-backend",
+    severity=ERROR,
+    source=(
+        DEEPSPEED_RUNNER + "runner.py#L443-L444",
+        DEEPSPEED_RUNNER + "runner.py#L535-L536",
+        DEEPSPEED_RUNNER + "runner.py#L521-L545",
+        DEEPSPEED_RUNNER + "runner.py#L578-L592",
+        DEEPSPEED_RUNNER + "multinode_runner.py#L143-L148",
+        DEEPSPEED_RUNNER + "multinode_runner.py#L203-L209",
+        DEEPSPEED_RUNNER + "multinode_runner.py#L275-L281",
+        DEEPSPEED_RUNNER + "multinode_runner.py#L439-L444",
+    ),
+    when={
+        "error": "the launch is multi-node for certain (an MPI launcher pod whose hostfile "
+        "lists two or more hosts, or --force_multi): the launcher raises; "
+        "--elastic_training without --master_addr or with --no_local_rank (asserted)",
+        "warning": "--include/--exclude with an MPI backend where the hosts that remain are "
+        "not known offline: it raises when more than one remains",
+    },
+    title="The deepspeed launcher's backend and elastic mode accept the other flags given",
+    why="With a hostfile of several hosts (or --force_multi) and without --no_ssh, the "
+    "deepspeed launcher hands the ranks to the --launcher backend. The openmpi, mpich, impi "
+    "and mvapich backends start every slot of the hostfile and raise ValueError on "
+    "--num_nodes or --num_gpus ('does not support limiting num nodes/gpus') and on "
+    "--include/--exclude ('does not support worker include/exclusion'); a --launcher other "
+    "than pdsh, openmpi, mpich, impi, slurm or mvapich raises NotImplementedError. "
+    "--elastic_training asserts a --master_addr and no --no_local_rank. The launcher exits "
+    "before any rank starts.",
+    fix="With an MPI backend drop --num_nodes/--num_gpus/--include/--exclude and size the "
+    "job with the hostfile (the operator's slotsPerWorker and worker replicas); spell "
+    "--launcher as one of pdsh, openmpi, mpich, impi, slurm, mvapich; give --master_addr "
+    "to --elastic_training.",
+    applies=common.trains,
+)
+def deepspeed_launcher_backend(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for index, container in enumerate(pod.containers):
+        words = _subcommand(commandline.words(container), "deepspeed", None)
+        if words is None:
+            continue
+        words = _deepspeed_own(words)
+        at = commandline_at(pod, index, container)
+        if _has(words, "--elastic_training"):
+            if not _flag(words, "--master_addr"):
+                yield Violation(
+                    "--elastic_training without --master_addr: the launcher asserts it is given",
+                    at,
+                )
+            if _has(words, "--no_local_rank"):
+                yield Violation(
+                    "--elastic_training with --no_local_rank: the launcher asserts they are not "
+                    "combined",
+                    at,
+                )
+        launcher = _flag(words, "--launcher")
+        if launcher is None or "$" in launcher or "{" in launcher or _has(words, "--no_ssh"):
+            continue
+        if not (_has(words, "--hostfile") or common.mount_for(container, DEEPSPEED_HOSTFILE)):
+            continue  # local resources only: the backend is never used
+        backend = launcher.lower()
+        nodes_text, gpus_text = _flag(words, "--num_nodes"), _flag(words, "--num_gpus")
+        if any(v is not None and "$" in v for v in (nodes_text, gpus_text)):
+            continue
+        nodes = _signed_int(nodes_text)
+        hosts = _deepspeed_hosts(pod, ctx)
+        if nodes is not None and nodes > 0 and hosts is not None:
+            hosts = min(hosts, nodes)
+        multi = _has(words, "--force_multi") or (hosts is not None and hosts > 1)
+        if backend not in DEEPSPEED_LAUNCHERS:
+            if multi:
+                yield Violation(
+                    f"--launcher {launcher}: the deepspeed launcher knows "
+                    f"{', '.join(DEEPSPEED_LAUNCHERS)} and raises NotImplementedError",
+                    at,
+                )
+            continue
+        if backend not in DEEPSPEED_MPI_LAUNCHERS:
+            continue
+        limits = [
+            name
+            for name, value in (("--num_nodes", nodes_text), ("--num_gpus", gpus_text))
+            if value is not None and _signed_int(value) != -1
+        ]
+        if limits and multi:
+            yield Violation(
+                f"{' and '.join(limits)} with --launcher {launcher}: the backend raises "
+                "'does not support limiting num nodes/gpus'",
+                at,
+            )
+        filters = [name for name in ("--include", "--exclude") if _has(words, name)]
+        if filters and not limits and (multi or hosts is None or hosts > 1):
+            yield Violation(
+                f"{' and '.join(filters)} with --launcher {launcher}: the backend raises "
+                "'does not support worker include/exclusion' when more than one host remains",
+                at,
+                severity=ERROR if _has(words, "--force_multi") else WARNING,
+            )
+
+
+def _signed_int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    text = value[1:] if value.startswith("-") else value
+    return int(value) if text.isdigit() else None
+
+
+def _deepspeed_own(words: list[str]) -> list[str]:
+    """The deepspeed launcher's own flags: the words before the user script (the first
+    word naming a .py file; all words when there is none)."""
+    script = next(
+        (i for i, w in enumerate(words) if w.endswith(".py") and not w.startswith("-")), None
+    )
+    return words if script is None else words[:script]

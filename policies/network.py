@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import bisect
 import ipaddress
+import json
+import re
 from collections.abc import Iterator
 
 from trainops import multus
@@ -270,3 +272,95 @@ def service_selects_pods(doc: Document, ctx: Context) -> Iterator[Violation]:
         f"selector {selector} matches no pod template in namespace {namespace}",
         ("spec", "selector"),
     )
+
+
+# -- CNI v1.3.0: the names libcni checks before it runs a plugin -----------------------------
+
+CNI_UTILS = "https://github.com/containernetworking/cni/blob/v1.3.0/pkg/utils/utils.go"
+CNI_ADD = "https://github.com/containernetworking/cni/blob/v1.3.0/libcni/api.go#L490-L504"
+MAX_INTERFACE_NAME = 15
+_CNI_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
+_TEMPLATE = re.compile(r"\{\{|\$\(|\$\{")
+
+
+def interface_name_problem(name: str) -> str | None:
+    """utils.ValidateInterfaceName: why the name is refused, None when it is accepted."""
+    if not name:
+        return "is empty"
+    if len(name.encode()) > MAX_INTERFACE_NAME:
+        return f"is {len(name.encode())} characters long (at most {MAX_INTERFACE_NAME})"
+    if name in (".", ".."):
+        return "is . or .."
+    if any(c in "/:" or c.isspace() for c in name):
+        return "contains '/', ':' or whitespace"
+    return None
+
+
+def _json_interfaces(value: str) -> list[tuple[str, object]]:
+    """(network, interface) of the JSON form's entries that set an interface."""
+    try:
+        items = json.loads(value)
+    except json.JSONDecodeError:
+        return []
+    return [
+        (str(item.get("name")), item["interface"])
+        for item in (items if isinstance(items, list) else [])
+        if isinstance(item, dict) and item.get("interface") not in (None, "")
+    ]
+
+
+@pod_rule(
+    id="cni-interface-name",
+    severity=ERROR,
+    title="Multus attachments name interfaces the CNI library accepts",
+    why="Multus passes each attachment's interface name (the JSON form's interface, or "
+    "name@interface) to libcni, which refuses a name longer than 15 bytes, '.' or '..', or "
+    "one with '/', ':' or whitespace before it runs the plugin: the attachment fails and the "
+    "pod never gets past sandbox creation.",
+    fix="Use short interface names of letters, digits, '-', '_' or '.' (net1, rail0, "
+    "ib-rail-0), at most 15 characters.",
+    applies=common.attaches_networks,
+    source=(CNI_UTILS + "#L59-L82", CNI_ADD),
+)
+def cni_interface_name(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    value = pod.annotations.get(multus.ANNOTATION)
+    if not isinstance(value, str) or not value.strip() or _TEMPLATE.search(value):
+        return
+    at = (*pod.path[:-1], "metadata", "annotations", multus.ANNOTATION)
+    if value.strip().startswith("["):
+        named = _json_interfaces(value)
+    else:
+        parts = [part.strip().partition("@") for part in value.split(",")]
+        named = [(network, interface) for network, _, interface in parts if interface]
+    for network, interface in named:
+        if not isinstance(interface, str):
+            continue  # multus-network-missing: the annotation does not decode
+        problem = interface_name_problem(interface)
+        if problem:
+            yield Violation(
+                f"network {network}: interface name {interface!r} {problem}: libcni refuses "
+                "it and the attachment fails",
+                at,
+            )
+
+
+@resource_rule(
+    id="cni-network-name",
+    severity=ERROR,
+    title="NetworkAttachmentDefinition configs have a network name the CNI library accepts",
+    why="libcni checks the config's name before it runs a plugin: it must start with a "
+    "letter or digit and hold only letters, digits, '_', '.' and '-' (a '/', ':' or a space "
+    "is refused), so every pod attaching the network fails at sandbox creation.",
+    fix="Name the config like the object (lowercase letters, digits, '-' and '.').",
+    kinds=("NetworkAttachmentDefinition",),
+    source=(CNI_UTILS + "#L26-L57", CNI_ADD),
+)
+def cni_network_name(doc: Document, ctx: Context) -> Iterator[Violation]:
+    cni, _ = multus.config(doc.obj)
+    name = cni.get("name") if cni else None
+    if isinstance(name, str) and name and not _TEMPLATE.search(name) and not _CNI_NAME.match(name):
+        yield Violation(
+            f"config name {name!r} has characters libcni refuses (it allows letters, "
+            "digits, '_', '.' and '-', starting with a letter or digit): every attachment fails",
+            ("spec", "config"),
+        )

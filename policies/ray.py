@@ -6,6 +6,12 @@ Facts from KubeRay v1.6.2 (`ray-operator/controllers/ray/utils/validation.go`, w
 RayJob and RayCluster controllers and the optional webhook call: an object that fails it
 is never reconciled, a RayJob is marked failed), and the RayJob API
 (`ray-operator/apis/ray/v1/rayjob_types.go`).
+
+From KubeRay v1.7.0: the operator's batch-scheduler flags (`apis/config/v1alpha1/
+config_utils.go`, checked at start), what its volcano and kai-scheduler plugins
+(`controllers/ray/batchscheduler/`) refuse or cannot build, read from the operator
+Deployment of the render when there is one, and the serve Service's port naming
+(`controllers/ray/common/service.go`).
 """
 
 from __future__ import annotations
@@ -427,3 +433,355 @@ def gpu_resources(doc: Document, ctx: Context) -> Iterator[Violation]:
             "the RayJob's GPU cluster outlives the job: shutdownAfterJobFinishes is not true",
             ("spec", "shutdownAfterJobFinishes"),
         )
+
+
+# -- Batch schedulers and the serve Service (KubeRay v1.7.0) ------------------------------
+
+KUBERAY17 = "https://github.com/ray-project/kuberay/blob/v1.7.0/ray-operator/"
+BATCH = KUBERAY17 + "controllers/ray/batchscheduler/"
+VOLCANO_PLUGIN = BATCH + "volcano/volcano_scheduler.go"
+KAI_PLUGIN = BATCH + "kai-scheduler/kai_scheduler.go"
+SERVICE_GO = KUBERAY17 + "controllers/ray/common/service.go"
+# The --batch-scheduler values ValidateBatchSchedulerConfig accepts (config_utils.go).
+BATCH_SCHEDULERS = ("volcano", "yunikorn", "scheduler-plugins", "kai-scheduler")
+VOLCANO_QUEUE_LABEL = "volcano.sh/queue-name"
+TOPOLOGY_MODE_LABEL = "volcano.sh/network-topology-mode"
+TOPOLOGY_TIER_LABEL = "volcano.sh/network-topology-highest-tier-allowed"
+RAY_PRIORITY_LABEL = "ray.io/priority-class-name"
+KAI_QUEUE = "kai.scheduler/queue"
+SERVE_SERVICE_ANNOTATION = "ray.io/enable-serve-service"
+_ATOI = re.compile(r"^[+-]?[0-9]+$")
+_GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
+
+
+def _templated(text: Any) -> bool:
+    return "{{" in str(text) or "$(" in str(text)
+
+
+def _operator_container(container: dict[str, Any]) -> bool:
+    image = str(container.get("image") or "")
+    return "kuberay/operator" in image or "kuberay-operator" in image
+
+
+def _go_flags(words: list[Any]) -> dict[str, str] | None:
+    """The flags a Go flag.Parse reads from `words` (it stops at the first non-flag), or
+    None when a word is templated."""
+    found: dict[str, str] = {}
+    index = 0
+    while index < len(words):
+        word = str(words[index])
+        if _templated(word):
+            return None
+        if word == "--" or not word.startswith("-") or word == "-":
+            break
+        name, sep, value = word.lstrip("-").partition("=")
+        if not sep:
+            booleans = (
+                "enable-batch-scheduler",
+                "enable-leader-election",
+                "enable-metrics",
+                "zap-devel",
+            )
+            if name in booleans or name.startswith(("use-", "forced-")):
+                value = "true"
+            elif index + 1 < len(words):
+                index += 1
+                value = str(words[index])
+                if _templated(value):
+                    return None
+        found[name] = value
+        index += 1
+    return found
+
+
+def _operator_scheduler(flags: dict[str, str]) -> tuple[str | None, str | None]:
+    """(the batch scheduler the operator runs, or why it exits at start); (None, None)
+    when the flags do not say (a --config file replaces them)."""
+    if "config" in flags:
+        return None, None
+    gates = {
+        key.strip(): value.strip()
+        for key, _, value in (
+            part.partition("=") for part in flags.get("feature-gates", "").split(",")
+        )
+    }
+    enabled = flags.get("enable-batch-scheduler", "false") in _GO_TRUE
+    name = flags.get("batch-scheduler", "")
+    if gates.get("KubernetesWAS", "").lower() == "true":
+        if enabled or name:
+            return None, (
+                "the KubernetesWAS feature gate cannot be combined with --batch-scheduler or "
+                "--enable-batch-scheduler"
+            )
+        return "kubernetes-was", None
+    if enabled and name:
+        return None, "both --enable-batch-scheduler (deprecated) and --batch-scheduler are set"
+    if enabled:
+        return "volcano", None
+    if name and name not in BATCH_SCHEDULERS:
+        return None, (
+            f"--batch-scheduler={name} is not supported (volcano, yunikorn, scheduler-plugins "
+            "or kai-scheduler)"
+        )
+    return name, None
+
+
+def _operators(ctx: Context) -> list[tuple[Document, str | None, str | None]]:
+    """The KubeRay operator Deployments of the render: (doc, scheduler, why it exits)."""
+    found = []
+    for doc in ctx.of_kind("Deployment"):
+        spec = mapping(mapping(mapping(doc.obj.get("spec")).get("template")).get("spec"))
+        for container in dicts(spec.get("containers")):
+            if not _operator_container(container):
+                continue
+            command = [w for w in container.get("command") or [] if isinstance(w, (str, int))]
+            flags = _go_flags([*command[1:], *(container.get("args") or [])])
+            if flags is None:
+                break
+            scheduler, problem = _operator_scheduler(flags)
+            found.append((doc, scheduler, problem))
+            break
+    return found
+
+
+def _render_scheduler(ctx: Context) -> str | None:
+    """The batch scheduler of the KubeRay operator the render deploys ('' for none), or
+    None when no operator Deployment says one thing for certain."""
+    operators = ctx.memo("kuberay-operators", lambda: _operators(ctx))
+    values = {scheduler for _, scheduler, problem in operators if problem is None}
+    if len(operators) == 0 or len(values) != 1 or any(p for _, _, p in operators):
+        return None
+    return next(iter(values))
+
+
+def _is_operator(doc: Document) -> bool:
+    spec = mapping(mapping(mapping(doc.obj.get("spec")).get("template")).get("spec"))
+    return any(_operator_container(c) for c in dicts(spec.get("containers")))
+
+
+@resource_rule(
+    id="kuberay-operator-batch-scheduler",
+    severity=ERROR,
+    source=(
+        KUBERAY17 + "apis/config/v1alpha1/config_utils.go#L15-L46",
+        KUBERAY17 + "main.go#L193-L195",
+    ),
+    title="The KubeRay operator is started with a batch scheduler it supports",
+    why="At start the KubeRay operator checks its batch-scheduler flags "
+    "(ValidateBatchSchedulerConfig) and exits when --batch-scheduler is not volcano, "
+    "yunikorn, scheduler-plugins or kai-scheduler, when the deprecated "
+    "--enable-batch-scheduler comes with --batch-scheduler, or when the KubernetesWAS "
+    "feature gate comes with either: the operator crash-loops and no RayCluster, RayJob or "
+    "RayService is reconciled.",
+    fix="Pass one --batch-scheduler=<volcano|yunikorn|scheduler-plugins|kai-scheduler> "
+    "(the Helm value batchScheduler.name) and drop --enable-batch-scheduler.",
+    kinds=("Deployment",),
+    applies=_is_operator,
+)
+def operator_batch_scheduler(doc: Document, ctx: Context) -> Iterator[Violation]:
+    operators = ctx.memo("kuberay-operators", lambda: _operators(ctx))
+    for found, _, problem in operators:
+        if found is doc and problem:
+            yield Violation(
+                f"{problem}: the KubeRay operator exits at start",
+                ("spec", "template", "spec", "containers"),
+            )
+
+
+def _labels(doc: Document) -> dict[str, Any]:
+    return mapping(doc.metadata.get("labels"))
+
+
+def _topology_problem(labels: dict[str, Any]) -> tuple[str, str] | None:
+    """(label, why) when KubeRay's volcano plugin cannot make a PodGroup of the labels."""
+    if TOPOLOGY_MODE_LABEL not in labels:
+        return None
+    mode, tier = labels[TOPOLOGY_MODE_LABEL], labels.get(TOPOLOGY_TIER_LABEL)
+    if _templated(mode) or _templated(tier):
+        return None
+    if mode not in (None, "", "hard", "soft"):
+        return TOPOLOGY_MODE_LABEL, (
+            f"{TOPOLOGY_MODE_LABEL}={mode!r} is not hard or soft: the API server refuses the "
+            "PodGroup"
+        )
+    if tier is None:
+        return None
+    if not _ATOI.match(str(tier)):
+        return TOPOLOGY_TIER_LABEL, (
+            f"{TOPOLOGY_TIER_LABEL}={tier!r} is not an integer: KubeRay cannot build the PodGroup"
+        )
+    if int(str(tier)) < 0:
+        return TOPOLOGY_TIER_LABEL, (
+            f"{TOPOLOGY_TIER_LABEL}={tier} is negative: the API server refuses the PodGroup"
+        )
+    return None
+
+
+@resource_rule(
+    id="kuberay-batch-scheduler-support",
+    severity=ERROR,
+    source=(
+        VOLCANO_PLUGIN + "#L72-L76",
+        VOLCANO_PLUGIN + "#L237-L251",
+        KAI_PLUGIN + "#L38-L51",
+        KUBERAY17 + "controllers/ray/rayjob_controller.go#L192-L200",
+        KUBERAY17 + "controllers/ray/raycluster_controller.go#L989-L998",
+        "https://github.com/volcano-sh/volcano/blob/v1.15.1/pkg/webhooks/admission/podgroups/"
+        "validate/validate_podgroup.go#L101-L117",
+    ),
+    title="Ray objects are ones the KubeRay operator's batch scheduler can gang",
+    why="With --batch-scheduler=volcano (or --enable-batch-scheduler) KubeRay makes a Volcano "
+    "PodGroup for every RayCluster and RayJob before any pod: it refuses a RayJob with a "
+    "clusterSelector ('gang scheduling does not support RayJob ... referencing an existing "
+    "RayCluster'), and fails to build the PodGroup when volcano.sh/network-topology-highest-"
+    "tier-allowed is not an integer, or when the PodGroup is refused (a mode other than hard "
+    "or soft, a negative tier, a volcano.sh/queue-name queue that does not exist). With "
+    "--batch-scheduler=kai-scheduler it refuses every RayJob in "
+    "K8sJobMode, the default submissionMode. The controller retries forever: the RayJob "
+    "stays Initializing, the RayCluster gets no pods. Labels for a scheduler the operator "
+    "does not run (volcano.sh/queue-name, ray.io/priority-class-name, the topology labels) "
+    "are ignored.",
+    fix="Use rayClusterSpec (not clusterSelector) with Volcano, submissionMode SidecarMode, "
+    "HTTPMode or InteractiveMode with KAI, an integer tier and mode hard or soft, or start "
+    "the operator with the scheduler the labels are for.",
+    when={
+        "error": "the render's KubeRay operator runs the scheduler that refuses the object",
+        "warning": "topology labels KubeRay's volcano plugin cannot use, or scheduler labels "
+        "the render's operator ignores",
+    },
+    kinds=("RayCluster", "RayJob"),
+    applies=_ray,
+)
+def batch_scheduler_support(doc: Document, ctx: Context) -> Iterator[Violation]:
+    scheduler = _render_scheduler(ctx)
+    labels = _labels(doc)
+    spec = mapping(doc.obj.get("spec"))
+    originated = labels.get("ray.io/originated-from-crd") == "RayJob"
+    topology = _topology_problem(labels)
+    own_group = not (doc.kind == "RayCluster" and originated)  # a RayJob's cluster has none
+    if topology and own_group:
+        label, why = topology
+        if scheduler == "volcano":
+            yield Violation(f"{why}; the {doc.kind} never gets pods", ("metadata", "labels", label))
+        elif scheduler is None:
+            yield Violation(
+                f"{why} (with the operator's volcano batch scheduler the {doc.kind} never "
+                "gets pods)",
+                ("metadata", "labels", label),
+                severity=WARNING,
+            )
+    if TOPOLOGY_TIER_LABEL in labels and TOPOLOGY_MODE_LABEL not in labels:
+        yield Violation(
+            f"{TOPOLOGY_TIER_LABEL} without {TOPOLOGY_MODE_LABEL}: KubeRay reads the tier only "
+            "with a mode, so the PodGroup gets no network topology",
+            ("metadata", "labels", TOPOLOGY_TIER_LABEL),
+            severity=WARNING,
+        )
+    if (
+        doc.kind == "RayJob"
+        and scheduler == "volcano"
+        and not isinstance(spec.get("rayClusterSpec"), dict)
+        and mapping(spec.get("clusterSelector"))
+    ):
+        yield Violation(
+            "a clusterSelector RayJob with the operator's volcano batch scheduler: KubeRay "
+            "refuses to gang it and the RayJob stays Initializing",
+            ("spec", "clusterSelector"),
+        )
+    queue = labels.get(VOLCANO_QUEUE_LABEL)
+    if (
+        scheduler == "volcano"
+        and own_group
+        and queue
+        and queue != "default"
+        and not _templated(queue)
+    ):
+        queues = ctx.memo("kuberay-volcano-queues", lambda: _volcano_queue_names(ctx))
+        if (queues or ctx.has_platform) and str(queue) not in queues:
+            yield Violation(
+                f"no Volcano Queue {queue!r}: Volcano's PodGroup webhook refuses the PodGroup "
+                f"KubeRay makes, and the {doc.kind} never gets pods",
+                ("metadata", "labels", VOLCANO_QUEUE_LABEL),
+            )
+    mode = spec.get("submissionMode", "K8sJobMode")
+    if doc.kind == "RayJob" and scheduler == "kai-scheduler" and mode == "K8sJobMode":
+        yield Violation(
+            "a K8sJobMode RayJob with the operator's kai-scheduler batch scheduler: KubeRay "
+            "refuses it and the RayJob stays Initializing",
+            ("spec", "submissionMode"),
+        )
+    if scheduler is not None and scheduler != "volcano":
+        for label in (VOLCANO_QUEUE_LABEL, RAY_PRIORITY_LABEL):
+            if labels.get(label):
+                yield Violation(
+                    f"{label} is read only by KubeRay's volcano batch scheduler, and the "
+                    f"operator runs {scheduler or 'none'}: the label is ignored",
+                    ("metadata", "labels", label),
+                    severity=WARNING,
+                )
+
+
+def _volcano_queue_names(ctx: Context) -> frozenset[str]:
+    return frozenset(
+        d.name for d in ctx.of_kind("Queue") if d.api_version.startswith("scheduling.volcano.sh/")
+    )
+
+
+def _serve_ports(cluster: dict[str, Any]) -> list[str] | None:
+    """The names KubeRay gives the head container's ports, or None when it declares none
+    (KubeRay then uses its defaults, serve among them) or one is templated."""
+    ports = dicts(_head_container(cluster).get("ports"))
+    if not ports:
+        return None
+    names = []
+    for port in ports:
+        name = port.get("name") or f"{port.get('containerPort')}-port"
+        if _templated(name) or _templated(port.get("containerPort")):
+            return None
+        names.append(str(name))
+    return names
+
+
+@resource_rule(
+    id="kuberay-serve-port",
+    severity=ERROR,
+    source=(
+        SERVICE_GO + "#L214-L231",
+        SERVICE_GO + "#L277-L280",
+        SERVICE_GO + "#L446-L450",
+        KUBERAY17 + "controllers/ray/raycluster_controller.go#L359-L378",
+    ),
+    title="A Ray head that serves traffic has a port named serve",
+    why="KubeRay builds the Ray Serve Service from the head container's ports named serve or "
+    "serve-<anything>; when the head declares ports and none is so named, building the "
+    "Service fails ('Please specify a port named serve'): a RayService without "
+    "spec.serveService never gets its Services and never becomes ready, and a RayCluster "
+    "annotated ray.io/enable-serve-service: 'true' stops reconciling before it creates any "
+    "pod.",
+    fix="Name the Serve port of the head's Ray container serve (or serve-grpc, ...), or give "
+    "the RayService a spec.serveService.",
+    kinds=("RayService", "RayCluster"),
+    applies=_ray,
+)
+def serve_port(doc: Document, ctx: Context) -> Iterator[Violation]:
+    cluster, base = _cluster_spec(doc)
+    if cluster is None:
+        return
+    if doc.kind == "RayService" and mapping(doc.obj.get("spec")).get("serveService") is not None:
+        return
+    annotations = mapping(doc.metadata.get("annotations"))
+    if doc.kind == "RayCluster" and str(annotations.get(SERVE_SERVICE_ANNOTATION)) != "true":
+        return
+    names = _serve_ports(cluster)
+    if names is None or any(n == "serve" or n.startswith("serve-") for n in names):
+        return
+    effect = (
+        "the RayService never gets its Services"
+        if doc.kind == "RayService"
+        else "the RayCluster creates no pods"
+    )
+    yield Violation(
+        f"the head container's ports are {', '.join(names)}, none named serve or serve-*: "
+        f"KubeRay cannot build the serve Service and {effect}",
+        (*base, "headGroupSpec", "template", "spec", "containers", 0, "ports"),
+    )

@@ -903,3 +903,241 @@ def hostdevicenetwork_resource_name(doc: Document, ctx: Context) -> Iterator[Vio
             ("spec", "resourceName"),
         )
         yield from _network_operator_graded(iter([found]), on)
+
+
+# -- SR-IOV network device plugin v3.11.0: its config.json -----------------------------------
+
+DEVICE_PLUGIN = "https://github.com/k8snetworkplumbingwg/sriov-network-device-plugin/blob/v3.11.0/"
+DP_MANAGER = DEVICE_PLUGIN + "cmd/sriovdp/manager.go"
+DP_DEVICE_TYPES = ("netDevice", "accelerator", "auxNetDevice")
+_DP_RESOURCE = re.compile(r"^[a-zA-Z0-9_-]+$")
+# Selector fields each deviceType's selectors decode as lists of strings, and as booleans
+# (pkg/types/types.go): another JSON type there fails the decoding and the plugin drops
+# the entry. Fields of other device types are ignored.
+_DP_COMMON = ("vendors", "devices", "drivers")
+_DP_NET = ("pfNames", "rootDevices", "linkTypes", "acpiIndexes")
+_DP_LIST_SELECTORS = {
+    "netDevice": (*_DP_COMMON, "pciAddresses", *_DP_NET, "ddpProfiles", "pKeys"),
+    "accelerator": (*_DP_COMMON, "pciAddresses"),
+    "auxNetDevice": (*_DP_COMMON, *_DP_NET, "auxTypes"),
+}
+_DP_BOOL_SELECTORS = {
+    "netDevice": ("isRdma", "needVhostNet"),
+    "auxNetDevice": ("isRdma", "needVhostNet"),
+}
+_DP_TEMPLATE = re.compile(r"\{\{|\$\(|\$\{")
+
+
+def _dp_selectors_problem(selectors: Any, device_type: str) -> str | None:
+    """Why parseObjectOrSlice cannot decode the selectors (an object or a non-empty list
+    of objects whose list fields are lists of strings)."""
+    items = selectors if isinstance(selectors, list) else [selectors]
+    if isinstance(selectors, list) and not selectors:
+        return "selectors is an empty list"
+    for item in items:
+        if item is None:
+            continue
+        if not isinstance(item, dict):
+            return "selectors is neither an object nor a list of objects"
+        for key in _DP_LIST_SELECTORS[device_type]:
+            value = item.get(key)
+            if value is not None and not (
+                isinstance(value, list) and all(isinstance(v, str) for v in value)
+            ):
+                return f"selectors.{key} is not a list of strings ({value!r})"
+        for key in _DP_BOOL_SELECTORS.get(device_type, ()):
+            value = item.get(key)
+            if value is not None and not isinstance(value, bool):
+                return f"selectors.{key} is not true or false ({value!r})"
+    return None
+
+
+def _dp_refusals(text: str, at: tuple, checked_names: bool) -> Iterator[Violation]:
+    """What v3.11.0's readConfig and validConfigs refuse in a config.json; `checked_names`:
+    the NicClusterPolicy webhook reports unparsable JSON and names outside its pattern."""
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if not checked_names:
+            yield Violation(
+                f"config.json is not JSON ({exc.msg}): the device plugin exits without "
+                "advertising any resource",
+                at,
+            )
+        return
+    entries = mapping(config).get("resourceList")
+    if not isinstance(entries, list):
+        return
+    seen: dict[tuple[str, str], int] = {}
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            continue
+        name = entry.get("resourceName")
+        label = f"resourceList[{index}]"
+        device_type = entry.get("deviceType")
+        if isinstance(device_type, str) and device_type and device_type not in DP_DEVICE_TYPES:
+            hint = next((t for t in DP_DEVICE_TYPES if t.lower() == device_type.lower()), None)
+            yield Violation(
+                f"{label} deviceType {device_type!r} is not one of "
+                f"{', '.join(DP_DEVICE_TYPES)}"
+                + (f" (the case matters: {hint})" if hint else "")
+                + ": the device plugin exits and advertises nothing",
+                at,
+            )
+            continue
+        if device_type is not None and not isinstance(device_type, str):
+            continue
+        if "selectors" not in entry or entry.get("selectors") is None:
+            yield Violation(
+                f"{label} has no selectors: the device plugin crashes decoding them", at
+            )
+            continue
+        problem = _dp_selectors_problem(entry.get("selectors"), device_type or "netDevice")
+        if problem:
+            yield Violation(
+                f"{label} {problem}: the device plugin drops the entry and never advertises "
+                f"{name or 'its resource'}",
+                at,
+            )
+            continue
+        if isinstance(name, str) and not _DP_TEMPLATE.search(name):
+            webhook_ok = bool(_SRIOV_DP_RESOURCE.match(name))
+            if not _DP_RESOURCE.match(name) and (not checked_names or webhook_ok):
+                why = " (the prefix goes in resourcePrefix)" if "/" in name else ""
+                yield Violation(
+                    f"{label} resourceName {name!r} has characters other than letters, "
+                    f"digits, '_' and '-'{why}: the device plugin exits and advertises nothing",
+                    at,
+                )
+        prefix = entry.get("resourcePrefix")
+        if isinstance(name, str) and (prefix is None or isinstance(prefix, str)):
+            key = (prefix or "", name)
+            if key in seen:
+                yield Violation(
+                    f"{label} resourceName {(prefix + '/' if prefix else '') + name!r} repeats "
+                    f"resourceList[{seen[key]}]: the device plugin exits and advertises nothing",
+                    at,
+                )
+            else:
+                seen[key] = index
+        selectors = entry.get("selectors")
+        for item in selectors if isinstance(selectors, list) else [selectors]:
+            if (
+                (device_type or "netDevice") == "netDevice"
+                and isinstance(item, dict)
+                and item.get("isRdma") is True
+                and item.get("vdpaType")
+            ):
+                yield Violation(
+                    f"{label} selectors set both isRdma and vdpaType: the device plugin "
+                    "refuses the config and exits",
+                    at,
+                )
+                break
+
+
+def _dp_config_text(doc: Document) -> tuple[str, tuple, bool] | None:
+    if doc.kind == "NicClusterPolicy":
+        config = mapping(mapping(doc.obj.get("spec")).get("sriovDevicePlugin")).get("config")
+        if isinstance(config, str) and not _DP_TEMPLATE.search(config):
+            return config, ("spec", "sriovDevicePlugin", "config"), True
+        return None
+    text = mapping(doc.obj.get("data")).get("config.json")
+    if isinstance(text, str) and '"resourceList"' in text and not _DP_TEMPLATE.search(text):
+        return text, ("data", "config.json"), False
+    return None
+
+
+@resource_rule(
+    id="sriov-device-plugin-config",
+    severity=ERROR,
+    title="The SR-IOV device plugin's config.json is one it loads",
+    why="The SR-IOV network device plugin reads its resourceList at start: a config that is "
+    "not JSON, a deviceType other than netDevice, accelerator or auxNetDevice (the case "
+    "matters: netdevice is refused), a resourceName with characters other than letters, "
+    "digits, '_' and '-' (nvidia.com/rdma_vf: the prefix belongs in resourcePrefix), two "
+    "entries with the same prefixed name, or isRdma with vdpaType make it exit, so no "
+    "node advertises any of its resources; an entry without selectors crashes it, and one "
+    'whose selectors do not decode (vendors: "15b3" instead of a list) is dropped. Pods '
+    "requesting the VFs stay Pending.",
+    fix="Write deviceType netDevice (or leave it out), resourceName without prefix (set "
+    "resourcePrefix: nvidia.com), one entry per name, and selectors as an object of lists "
+    '({"vendors": ["15b3"], "pfNames": ["ens1f0"]}).',
+    kinds=("ConfigMap", "NicClusterPolicy"),
+    source=(
+        DP_MANAGER + "#L87-L104",
+        DP_MANAGER + "#L199-L241",
+        DEVICE_PLUGIN + "cmd/sriovdp/main.go#L47-L61",
+        DEVICE_PLUGIN + "pkg/utils/utils.go#L300-L304",
+        DEVICE_PLUGIN + "pkg/factory/factory.go#L190-L225",
+        DEVICE_PLUGIN + "pkg/netdevice/netDeviceProvider.go#L161-L174",
+    ),
+)
+def sriov_device_plugin_config(doc: Document, ctx: Context) -> Iterator[Violation]:
+    found = _dp_config_text(doc)
+    if found is not None:
+        yield from _dp_refusals(*found)
+
+
+# -- SR-IOV Network Operator v1.6.0: pool configs --------------------------------------------
+
+POOL_KIND = "SriovNetworkPoolConfig"
+
+
+def _pool_labels(pool: Document) -> dict[str, str] | None:
+    """The pool's node selector as exact labels; None when it has expressions, templated
+    values or is a hardware-offload pool (the drain controller skips those)."""
+    spec = _policy_spec(pool)
+    if mapping(spec.get("ovsHardwareOffloadConfig")).get("name"):
+        return None
+    selector = spec.get("nodeSelector")
+    if selector is None:
+        return {}
+    if not isinstance(selector, dict) or selector.get("matchExpressions"):
+        return None
+    labels = selector.get("matchLabels") or {}
+    if not isinstance(labels, dict) or any(
+        not isinstance(v, str) or _DP_TEMPLATE.search(v) for v in labels.values()
+    ):
+        return None
+    return {str(k): v for k, v in labels.items()}
+
+
+def _pool_overlaps(ctx: Context) -> dict[int, tuple[Document, bool]]:
+    """id(pool) -> a pool whose every node it also selects (True: the other one selects
+    every node this one selects, so both hold them). Once per render, over the pools only."""
+    pools = [(p, _pool_labels(p)) for p in ctx.of_kind(POOL_KIND)]
+    pools = [(p, labels) for p, labels in pools if labels is not None]
+    out: dict[int, tuple[Document, bool]] = {}
+    for index, (pool, labels) in enumerate(pools):
+        for other, theirs in pools[index + 1 :]:
+            if _selects_every_node_of(labels, theirs) or _selects_every_node_of(theirs, labels):
+                out.setdefault(id(other), (pool, True))
+    return out
+
+
+@resource_rule(
+    id="sriov-pool-config-overlap",
+    severity=ERROR,
+    title="No node is in two SriovNetworkPoolConfigs",
+    why="The SR-IOV operator's drain controller finds the pool of a node before draining it "
+    "for a policy change: a node whose labels match the nodeSelector of two pool configs "
+    "(an empty nodeSelector matches every node) is refused ('node is part of more then one "
+    "pool'), never drained, and its VFs are never configured: the policy change never "
+    "reaches it.",
+    fix="Give the pools disjoint node selectors (a label only one pool matches), and no "
+    "pool an empty nodeSelector while others exist.",
+    kinds=(POOL_KIND,),
+    source=SRIOV_OPERATOR + "controllers/drain_controller_helper.go#L210-L262",
+)
+def sriov_pool_config_overlap(doc: Document, ctx: Context) -> Iterator[Violation]:
+    overlaps = ctx.memo("sriov-pool-overlaps", lambda: _pool_overlaps(ctx))
+    found = overlaps.get(id(doc))
+    if found is not None:
+        other = found[0]
+        yield Violation(
+            f"every node this pool selects is also selected by SriovNetworkPoolConfig "
+            f"{other.name}, or the reverse: the drain controller refuses nodes in two pools "
+            "and never configures them",
+            ("spec", "nodeSelector"),
+        )

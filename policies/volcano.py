@@ -15,7 +15,10 @@ queues; the queue webhook (queues/validate/validate_queue.go) refuses a guarante
 deserved, deserved above capability, bad hierarchy annotations and a parent that is the
 queue itself or does not exist; the pod webhook (pods/validate/admit_pod.go) refuses a
 pod that is not a Volcano Job's with both disruption-budget annotations, or either one not a
-positive integer or a percentage of 1-99.
+positive integer or a percentage of 1-99. The ray plugin
+(plugins/distributed-framework/ray/ray.go) needs a task named head (--head) or no pod is
+created, and starts Ray only in the containers named head and worker, replacing their
+command.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 from trainops import quantity
 from trainops.admission import names
-from trainops.model import ERROR, Document
+from trainops.model import ERROR, WARNING, Document
 from trainops.policy import Context, PodTemplate, Violation, pod_rule, resource_rule, sets_any
 from trainops.policy.pods import dicts, is_int, mapping
 
@@ -504,3 +507,134 @@ def volcano_pod_budget(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
             f"both {' and '.join(present)}: Volcano refuses the {pod.role} pods (one at a time)",
             (*at, present[-1]),
         )
+
+
+RAY_PLUGIN = VOLCANO + "pkg/controllers/job/plugins/distributed-framework/ray/ray.go"
+# The ray plugin's flags and their defaults (addFlags); the last three are integers.
+RAY_PLUGIN_FLAGS = {
+    "head": "head",
+    "headContainer": "head",
+    "worker": "worker",
+    "workerContainer": "worker",
+    "port": "6379",
+    "dashboardPort": "8265",
+    "clientPort": "10001",
+}
+
+
+def _ray_plugin_flags(arguments: Any) -> tuple[dict[str, str], str | None] | None:
+    """What the ray plugin's flag.Parse (ContinueOnError) leaves set, and the word it stopped
+    at with an error; None when an argument is templated."""
+    values = dict(RAY_PLUGIN_FLAGS)
+    words = [str(w) for w in arguments or []]
+    if any("{{" in w or "$(" in w for w in words):
+        return None
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word == "--" or word == "-" or not word.startswith("-"):
+            break
+        name, sep, value = word.lstrip("-").partition("=")
+        if name not in values:
+            return values, word
+        if not sep:
+            if index + 1 >= len(words):
+                return values, word
+            index += 1
+            value = words[index]
+        if name in ("port", "dashboardPort", "clientPort") and not value.lstrip("-").isdigit():
+            return values, word
+        values[name] = value
+        index += 1
+    return values, None
+
+
+@resource_rule(
+    id="volcano-ray-plugin",
+    severity=ERROR,
+    source=(
+        RAY_PLUGIN + "#L98-L130",
+        VOLCANO + "pkg/controllers/job/job_controller_actions.go#L471-L475",
+    ),
+    title="A Volcano Job with the ray plugin has the head and worker tasks it looks for",
+    why="Volcano's ray plugin, on every pod it creates, looks up the task named head (or "
+    "--head): when the Job has none it returns an error, the job controller creates no pod "
+    "and the Job waits forever. In the head task it replaces the command of the container "
+    "named head (--headContainer) with 'sh -c ray start --head --block ...' and opens the "
+    "GCS, dashboard and client ports; in the worker task (--worker) it replaces the command "
+    "of the container named worker (--workerContainer) with 'ray start --block "
+    "--address=<head-0>:6379'. Other containers are left alone without a word, a command "
+    "given to a matched container never runs, and an unknown plugin flag leaves the rest "
+    "at their defaults.",
+    fix="Name the tasks head and worker and their Ray containers head and worker (or pass "
+    "--head, --headContainer, --worker, --workerContainer), leave their command to the "
+    "plugin, and keep one head replica.",
+    when={
+        "error": "the Job has no head task: no pod is ever created",
+        "warning": "containers or tasks the plugin does not configure, commands it replaces, "
+        "flags it cannot parse, more than one head",
+    },
+    kinds=("Job",),
+    applies=_volcano_job,
+)
+def volcano_ray_plugin(doc: Document, ctx: Context) -> Iterator[Violation]:
+    spec = mapping(doc.obj.get("spec"))
+    plugins = mapping(spec.get("plugins"))
+    if "ray" not in plugins:
+        return
+    parsed = _ray_plugin_flags(plugins.get("ray"))
+    if parsed is None:
+        return
+    flags, stopped = parsed
+    at = ("spec", "plugins", "ray")
+    if stopped is not None:
+        yield Violation(
+            f"the ray plugin cannot parse {stopped!r} (flags: "
+            f"{', '.join('--' + f for f in RAY_PLUGIN_FLAGS)}): it uses the defaults from there on",
+            at,
+            severity=WARNING,
+        )
+    tasks = dicts(spec.get("tasks"))
+    names = [str(t.get("name")) for t in tasks]
+    if flags["head"] not in names:
+        yield Violation(
+            f"the ray plugin's head task is {flags['head']!r}, which the Job does not have "
+            f"({', '.join(names)}): Volcano creates none of its pods",
+            at,
+        )
+        return
+    for index, task in enumerate(tasks):
+        role = {flags["head"]: "head", flags["worker"]: "worker"}.get(str(task.get("name")))
+        if role is None:
+            continue
+        wanted = flags[f"{role}Container"]
+        template = mapping(mapping(task.get("template")).get("spec"))
+        containers = dicts(template.get("containers"))
+        base = ("spec", "tasks", index)
+        if role == "head" and is_int(task.get("replicas")) and task["replicas"] > 1:
+            yield Violation(
+                f"head task {task.get('name')} has {task['replicas']} replicas: each starts its "
+                "own Ray head, the workers join head-0, and the head Service spreads clients "
+                "over all",
+                (*base, "replicas"),
+                severity=WARNING,
+            )
+        positions = [i for i, c in enumerate(containers) if c.get("name") == wanted]
+        if containers and not positions:
+            yield Violation(
+                f"{role} task {task.get('name')} has no container named {wanted!r} "
+                f"({', '.join(str(c.get('name')) for c in containers)}): the ray plugin starts "
+                "no Ray there",
+                (*base, "template", "spec", "containers"),
+                severity=WARNING,
+            )
+        for position in positions:
+            container = containers[position]
+            for field in ("command", "args"):
+                if container.get(field):
+                    yield Violation(
+                        f"{role} container {wanted}: the ray plugin replaces its command with "
+                        f"'sh -c ray start ...', so its {field} never runs",
+                        (*base, "template", "spec", "containers", position, field),
+                        severity=WARNING,
+                    )

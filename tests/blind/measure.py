@@ -7,7 +7,7 @@ bad and good manifest with `trainops validate --format json` and reports, per
 case, whether the bad file has an error or warning finding that the good file
 lacks (detected), whether one of those is an error (as error), and whether the
 good file has any error (a false error). Findings are matched by rule,
-severity, resource and JSON path. A "no schema for <kind>" error is not a
+severity, resource, JSON path and message. A "no schema for <kind>" error is not a
 detection (it says nothing about the misconfiguration), but it does count as an
 error on a good file.
 
@@ -85,11 +85,14 @@ class Outcome:
 
 
 def finding_key(finding: dict) -> tuple:
+    # The message is part of the key: one rule may report two problems at one place (the
+    # good file's remaining defect and the case's), and the case's shows only in its text.
     return (
         finding.get("rule"),
         finding.get("severity"),
         finding.get("resource"),
         finding.get("path"),
+        finding.get("message"),
     )
 
 

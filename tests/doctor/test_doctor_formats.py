@@ -210,11 +210,15 @@ def test_a_first_one_element_all_reduce_timing_out_points_at_unbound_devices():
 @pytest.mark.parametrize(
     "line, rule",
     [
-        ("    raise RuntimeError(\"Distributed package doesn't have NCCL \" \"built in\")",
-         "torch-no-cuda-build"),
-        ("    raise _env_error(\"MASTER_ADDR\")", "launch-config-invalid"),
-        ("RuntimeError: use_libuv was requested but PyTorch was build without libuv support",
-         "launch-config-invalid"),
+        (
+            '    raise RuntimeError("Distributed package doesn\'t have NCCL " "built in")',
+            "torch-no-cuda-build",
+        ),
+        ('    raise _env_error("MASTER_ADDR")', "launch-config-invalid"),
+        (
+            "RuntimeError: use_libuv was requested but PyTorch was build without libuv support",
+            "launch-config-invalid",
+        ),
     ],
     ids=["raise-literals", "raise-env-error", "older-wording"],
 )

@@ -332,6 +332,17 @@ MORE = {
             _megatron(train_iters="1000", lr_decay_samples="100000"),
             _megatron(train_iters="1000", lr_decay_iters="1000"),
         ),
+        (_megatron(use_checkpoint_args=""), _megatron(use_checkpoint_args="", load="/ckpt")),
+        (
+            _megatron(use_checkpoint_args="", load="/ckpt", non_persistent_ckpt_type="local"),
+            _megatron(use_checkpoint_args="", load="/ckpt", non_persistent_ckpt_type="global"),
+        ),
+        (
+            _megatron(non_persistent_ckpt_type="in_memory"),
+            _megatron(non_persistent_ckpt_type="local"),
+        ),
+        (_megatron(seed="0"), _megatron(seed="1234")),
+        (_megatron(seed="-7"), _megatron(seed="$(SEED)")),
     ],
     "torchrun-flag-values": [
         (_torchrun("--nnodes=4:2"), _torchrun("--nnodes=2:4")),
