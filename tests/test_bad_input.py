@@ -40,6 +40,24 @@ def test_yaml_problems_name_file_and_line(trainops, tmp_path: Path, name, text, 
     assert words in run.err
 
 
+def test_a_json_patch_beside_manifests_is_a_warning_and_the_rest_is_checked(
+    trainops, tmp_path: Path
+):
+    # A kustomize JSON 6902 patch in a directory without a kustomization is not an object:
+    # it is reported and skipped, and the objects beside it are still validated.
+    write(tmp_path / "patch.yaml", "- op: replace\n  path: /spec/replicas\n  value: 2\n")
+    write(tmp_path / "cm.yaml", VALID_HEAD)
+    run = trainops("validate", str(tmp_path))
+    assert run.code == 0, run
+    assert "patch.yaml: warning: a JSON 6902 patch, not a Kubernetes object" in run.out
+    assert "[json-patch-file]" in run.out and "1 resource" in run.out
+
+
+def test_a_list_that_is_not_a_patch_is_still_refused(trainops, tmp_path: Path):
+    path = write(tmp_path / "ops.yaml", "- op: replace\n  value: 2\n- name: x\n")
+    assert_input_error(trainops("validate", str(path)), f"{path}:1: ")
+
+
 def test_alias_bomb_is_refused_quickly(trainops, tmp_path: Path):
     lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     for i in range(9):

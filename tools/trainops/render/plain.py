@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from trainops.errors import InputError
+from trainops.kubeyaml.load import load_document
 from trainops.model import ERROR, WARNING, Document, Finding, json_path
 from trainops.render import templates
 from trainops.render.discover import display_path, kustomization_file, repository_root
@@ -37,6 +38,7 @@ from trainops.rules import RuleInfo, register
 from trainops.yamlio import RepeatedKeyAt, load_documents, load_yaml_mapping
 
 DUPLICATE_KEY = "yaml-duplicate-key"
+JSON_PATCH_FILE = "json-patch-file"
 
 _KUBECTL = (
     "https://github.com/kubernetes/apimachinery/blob/v0.35.0/pkg/util/yaml/decoder.go#L125-L132",
@@ -73,6 +75,21 @@ register(
     )
 )
 
+register(
+    RuleInfo(
+        id=JSON_PATCH_FILE,
+        severity=WARNING,
+        title="A directory checked as plain manifests holds Kubernetes objects",
+        why="A JSON 6902 patch (a list of op/path operations) is what a kustomization's "
+        "`patches` entry reads; it is not an object. Outside a kustomization nothing in it "
+        "can be checked, and kubectl apply -f and an Argo CD directory source, which "
+        "decode every YAML file of the directory as objects, refuse it.",
+        fix="Validate the directory of the kustomization that lists the patch, or keep "
+        "patches out of directories that are applied as they are.",
+        sources=_KUBECTL + _ARGOCD,
+    )
+)
+
 
 @dataclass
 class PlainRead:
@@ -93,6 +110,8 @@ def read_plain(
     try:
         documents = load_documents(text, source=where, file=file, keep_text=True, repeated=repeated)
     except InputError as error:
+        if file is not None and _is_json_patch(text):
+            return PlainRead([], [_json_patch_finding(where, file)])
         found = templates.in_unreadable(text, error.line) if file is not None else None
         if found is None:
             raise
@@ -105,6 +124,42 @@ def read_plain(
             return PlainRead([], [_template_finding(found, where, file, len(documents))])
     findings = [_duplicate_finding(r, where, file, kustomize_use) for r in repeated]
     return PlainRead(documents, findings)
+
+
+_PATCH_OPS = frozenset(("add", "remove", "replace", "move", "copy", "test"))
+
+
+def _is_json_patch(text: str) -> bool:
+    """A file that is one JSON 6902 patch: a list of operations, each with an op and a path
+    (what a kustomization's `patches` entry names with `path:`)."""
+    try:
+        obj = load_document(text)
+    except (InputError, ValueError, TypeError):
+        return False
+    return (
+        isinstance(obj, list)
+        and bool(obj)
+        and all(
+            isinstance(item, dict) and item.get("op") in _PATCH_OPS and "path" in item
+            for item in obj
+        )
+    )
+
+
+def _json_patch_finding(where: str, file: str) -> Finding:
+    return Finding(
+        rule=JSON_PATCH_FILE,
+        severity=WARNING,
+        source=where,
+        resource="",
+        path="",
+        message="a JSON 6902 patch, not a Kubernetes object: it was not checked; kubectl "
+        "apply -f and an Argo CD directory source refuse it, and kustomize reads it only "
+        "through a kustomization's `patches`",
+        fix="Keep patch files beside the kustomization that lists them and validate that "
+        "directory (or the kustomization), or move the patch out of directories applied "
+        "as they are.",
+    )
 
 
 def _template_finding(found: templates.Placeholders, where: str, file: str, count: int) -> Finding:
