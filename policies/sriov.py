@@ -1103,17 +1103,42 @@ def _pool_labels(pool: Document) -> dict[str, str] | None:
     return {str(k): v for k, v in labels.items()}
 
 
+# Labels of one selector whose subsets are enumerated; a longer selector is compared only
+# as a whole and with the empty selector (real node selectors carry a few labels).
+_SUBSET_LABELS = 8
+
+
 def _pool_overlaps(ctx: Context) -> dict[int, tuple[Document, bool]]:
-    """id(pool) -> a pool whose every node it also selects (True: the other one selects
-    every node this one selects, so both hold them). Once per render, over the pools only."""
+    """id(pool) -> the first earlier pool whose nodes it shares (one selects every node of
+    the other). Once per render: each pool looks up the subsets of its own selector among
+    the pools' selectors, so the pass is linear in the number of pools."""
     pools = [(p, _pool_labels(p)) for p in ctx.of_kind(POOL_KIND)]
     pools = [(p, labels) for p, labels in pools if labels is not None]
-    out: dict[int, tuple[Document, bool]] = {}
-    for index, (pool, labels) in enumerate(pools):
-        for other, theirs in pools[index + 1 :]:
-            if _selects_every_node_of(labels, theirs) or _selects_every_node_of(theirs, labels):
-                out.setdefault(id(other), (pool, True))
-    return out
+    by_selector: dict[frozenset, list[int]] = {}
+    for index, (_, labels) in enumerate(pools):
+        by_selector.setdefault(frozenset(labels.items()), []).append(index)
+    first_partner: dict[int, int] = {}
+    for index, (_, labels) in enumerate(pools):
+        for subset in _subsets(labels):
+            for other in by_selector.get(subset, ()):
+                if other == index:
+                    continue
+                earlier, later = min(index, other), max(index, other)
+                if first_partner.get(later, len(pools)) > earlier:
+                    first_partner[later] = earlier
+    return {
+        id(pools[later][0]): (pools[earlier][0], True) for later, earlier in first_partner.items()
+    }
+
+
+def _subsets(labels: dict[str, str]) -> Iterator[frozenset]:
+    items = sorted(labels.items())
+    if len(items) > _SUBSET_LABELS:
+        yield frozenset()
+        yield frozenset(items)
+        return
+    for mask in range(1 << len(items)):
+        yield frozenset(item for bit, item in enumerate(items) if mask >> bit & 1)
 
 
 @resource_rule(

@@ -85,3 +85,26 @@ def test_a_pods_checks_grow_linearly_with_its_volumes():
     volumes, so 60,000 mounted volumes (4.8 MB) took 247 CPU-s."""
     small, large = _calls_for_one_pod(500), _calls_for_one_pod(5_000)
     assert large / small <= 11, (small, large)
+
+
+def _pool_configs(count: int) -> list[Document]:
+    """SR-IOV pool configs of distinct racks, and one selector for two labels of rack 0."""
+    pools = [{"rack": f"r{i}", "pool": "gpu"} for i in range(count)]
+    docs = [
+        {
+            "apiVersion": "sriovnetwork.openshift.io/v1",
+            "kind": "SriovNetworkPoolConfig",
+            "metadata": {"name": f"pool-{i}", "namespace": "sriov-network-operator"},
+            "spec": {"maxUnavailable": 1, "nodeSelector": {"matchLabels": labels}},
+        }
+        for i, labels in enumerate(pools)
+    ]
+    return [Document(obj=d, source="render") for d in docs]
+
+
+def test_overlapping_pool_configs_are_found_in_linear_work():
+    # A pass that compares every pair of pools grows a hundredfold here.
+    small, small_found = _counted(_pool_configs(1_000), "render")
+    large, large_found = _counted(_pool_configs(10_000), "render")
+    assert not [f for f in small_found + large_found if f.rule == "sriov-pool-config-overlap"]
+    assert large / small <= 11, (small, large)
