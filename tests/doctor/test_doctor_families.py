@@ -30,6 +30,15 @@ def test_thc_cuda_runtime_error_of_old_torch_is_read_as_the_cuda_error_it_names(
     assert "launch-config-invalid" in found and "cuda-fatal" not in found
 
 
+def test_thc_check_fail_line_of_old_torch_is_read_as_the_cuda_error_it_names():
+    """torch < 1.5, THCGeneral.cpp's __THCudaCheck printed this line before raising."""
+    found = _by_rule(
+        "THCudaCheck FAIL file=/pytorch/torch/csrc/cuda/Module.cpp line=59 error=101 : "
+        "invalid device ordinal"
+    )
+    assert "launch-config-invalid" in found and "cuda-fatal" not in found
+
+
 def test_the_string_older_cuda_printed_for_a_busy_gpu_names_exclusive_mode():
     """CUDA 10 and older: cudaErrorDevicesUnavailable printed 'all CUDA-capable devices are
     busy or unavailable' (c10's `CUDA error: %s`)."""
@@ -50,6 +59,25 @@ def test_the_elastic_agent_reporting_exitcode_minus_9_names_the_oom_killer():
         "failed (exitcode: -9) local_rank: 3 (pid: 4242) of binary: /usr/bin/python3"
     )
     assert "OOM killer" in found["rank-killed"].message
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Killed",
+        "bash: line 1:  4711 Killed                  python train.py",
+        "    Exit Code:    137",
+        "worker-1 exited with code 137",
+    ],
+    ids=["shell", "shell-job", "describe", "exit-137"],
+)
+def test_a_shell_or_container_reporting_sigkill_names_the_oom_killer(line):
+    found = _by_rule("epoch 3, step 120", line)
+    assert "OOM killer" in found["rank-killed"].message
+
+
+def test_a_sentence_with_the_word_killed_is_not_a_sigkill():
+    assert "rank-killed" not in _by_rule("Killed workers 3 of 4 after the timeout")
 
 
 def test_the_kernel_oom_killer_line_is_a_killed_rank():

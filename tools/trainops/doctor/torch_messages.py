@@ -43,10 +43,12 @@ _GLOO_LOCAL = Pattern(r".*?local=\[([^\]]+)\]")
 _GLOO_PAIR = Pattern(r".*?pair\.cc:\d+\] connect \[([^\]]+)\]:(\d+): (.+)")
 _GLOO_IFACE = Pattern(r".*?Unable to find address for: (\S+)")
 # `CUDA error: <string>` (c10's C10_CUDA_CHECK) and, before torch 1.5, THC's
-# `cuda runtime error (%d) : %s at %s:%d` (THCGeneral.cpp's __THCudaCheck): the string ends
-# at a full stop or at THC's " at <file>:<line>".
+# `cuda runtime error (%d) : %s at %s:%d` and the line __THCudaCheck printed before it,
+# `THCudaCheck FAIL file=%s line=%i error=%i : %s` (THCGeneral.cpp): the string ends at a
+# full stop or at THC's " at <file>:<line>".
 _CUDA_ERROR = Pattern(
-    r".*?(?:CUDA error|cuda runtime error \(\d+\)) ?: ([^.\n]+?)(?: at \S+:\d+)?(?:[.\n]|$)"
+    r".*?(?:CUDA error|cuda runtime error \(\d+\)|THCudaCheck FAIL file=\S+ line=\d+ "
+    r"error=\d+) ?: ([^.\n]+?)(?: at \S+:\d+)?(?:[.\n]|$)"
 )
 _CUDA_DRIVER_API = Pattern(r".*?(CUDA_ERROR_\w+)")
 _MISMATCH_RANKS = Pattern(r"Rank (\d+) is running (?:inconsistent )?collective")
@@ -61,6 +63,11 @@ _EXITCODE = Pattern(r"(?:\s*|.*?failed \()exitcode\s*: (-?\d+)")
 # DeepSpeed's launcher (deepspeed/launcher/launch.py, sigkill_handler) on the first rank that
 # ended badly: `[cmd] exits with return code = -7`, Popen's returncode (negative: the signal).
 _RETURN_CODE = Pattern(r".*?\bexits with return code = (-?\d+)")
+# A shell reports a foreground command ended by SIGKILL with the signal's name, alone or on
+# its job line (bash's `bash: line 1:  4711 Killed  python train.py`); 137 is 128 + 9, the
+# exit status shells, containers and kubectl describe give it.
+_SHELL_KILLED = Pattern(r"(?:Killed|(?:\S+: line \d+: +)?\d+ +Killed +\S.*)$")
+_STATUS_137 = Pattern(r".*?\bexit(?:ed with)?(?: code| status)[:= ]+137\b")
 _SIGNAL = Pattern(r".*?Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
 _EXCEPTION = Pattern(r"(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception))(?:: ?(.*))?$")
 
@@ -223,7 +230,7 @@ def _errors(text: str) -> list[tuple[str, dict]]:
         found.append((ev.TORCH_NCCL_ERROR, {"category": m.group(1), "version": None}))
     if "mismatch between collectives" in text:
         found.append((ev.MISMATCH, _mismatch(text)))
-    if "CUDA error" in text or "cuda runtime error" in text:
+    if "CUDA error" in text or "cuda runtime error" in text or "THCudaCheck FAIL" in text:
         if m := _CUDA_ERROR.match(text):
             found.append((ev.CUDA_ERROR, {"error": m.group(1).strip()}))
     elif "CUDA_ERROR_" in text and (m := _CUDA_DRIVER_API.match(text)):
@@ -232,6 +239,10 @@ def _errors(text: str) -> list[tuple[str, dict]]:
         found.append((ev.CHILD_FAILED, {"exitcode": int(m.group(1)), "signal": None}))
     if "return code" in text and (m := _RETURN_CODE.match(text)) and m.group(1) != "0":
         found.append((ev.CHILD_FAILED, {"exitcode": int(m.group(1)), "signal": None}))
+    if "Killed" in text and _SHELL_KILLED.match(text.strip()):
+        found.append((ev.CHILD_FAILED, {"exitcode": None, "signal": "SIGKILL"}))
+    elif "137" in text and _STATUS_137.match(text.lower()):
+        found.append((ev.CHILD_FAILED, {"exitcode": -9, "signal": None}))
     if "received by PID" in text and (m := _SIGNAL.match(text)):
         found.append((ev.CHILD_FAILED, {"exitcode": None, "signal": m.group(2)}))
     if not found and ("Error" in text or "Exception" in text) and (m := _EXCEPTION.match(text)):
