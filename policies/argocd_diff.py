@@ -18,12 +18,13 @@ from typing import Any
 
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy import Context, Violation, resource_rule
-from trainops.policy.pods import dicts, mapping
+from trainops.policy.pods import dicts
+
+from .argocd_apps import APP_KINDS, _app_spec
 
 ARGO = "https://github.com/argoproj/argo-cd/blob/v3.5.1"
 NORMALIZER = ARGO + "/util/argo/normalizers/diff_normalizer.go"
 JSON_PATCH = "https://github.com/evanphx/json-patch/blob/v5.9.11/patch.go#L342-L349"
-APP_KINDS = ("Application", "ApplicationSet")
 _TEMPLATED = re.compile(r"\{\{|\$\{|\$\(")
 _GLOB = re.compile(r"[*?\[\]{}]")
 
@@ -67,13 +68,6 @@ _KNOWN = {kind.lower(): kind for kind in (*_GROUPS, *_CORE)}
 
 def _templated(value: Any) -> bool:
     return isinstance(value, str) and bool(_TEMPLATED.search(value))
-
-
-def _app_spec(doc: Document) -> tuple[dict[str, Any], tuple[Any, ...]]:
-    spec = mapping(doc.obj.get("spec"))
-    if doc.kind == "ApplicationSet":
-        return mapping(mapping(spec.get("template")).get("spec")), ("spec", "template", "spec")
-    return spec, ("spec",)
 
 
 def _ignores(doc: Document) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
