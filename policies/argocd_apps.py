@@ -66,12 +66,12 @@ def _project(doc: Document, ctx: Context) -> tuple[str, Document | None] | None:
 )
 def project_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
     found = _project(doc, ctx)
-    known = sorted({p.name for p in ctx.of_kind("AppProject")})
-    if found is None or found[0] == "default" or found[1] is not None or not known:
+    known = ctx.known_names("AppProject")
+    if found is None or found[0] == "default" or found[1] is not None or not known.count:
         return
     _, base = _app_spec(doc)
     yield Violation(
-        f"project {found[0]!r} is not an AppProject of this render ({', '.join(known)}): the "
+        f"project {found[0]!r} is not an AppProject of this render ({known}): the "
         "Application is invalid and never syncs",
         (*base, "project"),
     )

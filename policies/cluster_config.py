@@ -114,6 +114,7 @@ def _sharing(ctx: Context) -> list[tuple[Document, str, tuple[str, int, bool], b
         # config (FALLBACK_STRATEGIES=empty), even when the ConfigMap holds a single entry.
         everywhere = default is not None and default == (doc.name, key)
         found.append((doc, key, shared, everywhere))
+    found.sort(key=lambda entry: (not (entry[3] and entry[2][2]), not entry[3]))
     return found
 
 
@@ -144,22 +145,25 @@ def gpu_sharing_training(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     shared = ctx.memo("gpu-sharing", lambda: _sharing(ctx))
     if not shared:
         return
+    # The config that harms most is named (shared everywhere and refusing, first); the
+    # others are counted, so a pod gets one finding however many configs share.
+    doc, key, (strategy, replicas, refuses), everywhere = shared[0]
+    others = f"; {len(shared) - 1} more config(s) share it too" if len(shared) > 1 else ""
     for index, container in enumerate(pod.containers):
         count = gpu_count(container)
         if SHARED_GPU not in resources(container, "limits") or count < 2:
             continue
-        for doc, key, (strategy, replicas, refuses), everywhere in shared:
-            effect = (
-                "the plugin refuses requests above one"
-                if refuses
-                else f"{count} units may be shares of {-(-count // replicas)} physical GPU(s)"
-            )
-            yield Violation(
-                f"ConfigMap {doc.name} ({key}) shares {SHARED_GPU} by {strategy} x{replicas}"
-                f"{'' if everywhere else ' on the nodes labelled for it'}: {effect}",
-                (*pod.container_path(index), "resources", "limits", SHARED_GPU),
-                severity=ERROR if everywhere and refuses else None,
-            )
+        effect = (
+            "the plugin refuses requests above one"
+            if refuses
+            else f"{count} units may be shares of {-(-count // replicas)} physical GPU(s)"
+        )
+        yield Violation(
+            f"ConfigMap {doc.name} ({key}) shares {SHARED_GPU} by {strategy} x{replicas}"
+            f"{'' if everywhere else ' on the nodes labelled for it'}: {effect}{others}",
+            (*pod.container_path(index), "resources", "limits", SHARED_GPU),
+            severity=ERROR if everywhere and refuses else None,
+        )
 
 
 def _cuda_major(image: str) -> int | None:

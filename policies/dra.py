@@ -29,6 +29,7 @@ from typing import Any
 
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy import Context, Violation, pod_rule, resource_rule, sets_any
+from trainops.policy.context import KnownNames
 from trainops.policy.pods import PodTemplate, dicts, mapping, pod_templates
 
 CORE_VALIDATION = (
@@ -534,9 +535,12 @@ def device_class_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
             if not isinstance(name, str) or not name or name in NVIDIA_CLASSES:
                 continue
             if ctx.find("DeviceClass", name) is None:
-                known = sorted({d.name for d in ctx.of_kind("DeviceClass")} | NVIDIA_CLASSES)
+                known = ctx.memo(
+                    "device-class-names",
+                    lambda: KnownNames.of([*NVIDIA_CLASSES, *ctx.known_names("DeviceClass").first]),
+                )
                 yield Violation(
-                    f"DeviceClass {name} is not in the render (it has {', '.join(known)})",
+                    f"DeviceClass {name} is not in the render (it has {known})",
                     (*base, "devices", "requests", index, *relative, "deviceClassName"),
                 )
 
@@ -636,9 +640,8 @@ def claim_template_exists(pod: PodTemplate, ctx: Context) -> Iterator[Violation]
         ("dra-namespaces", "ResourceClaimTemplate"),
         lambda: _namespaces(ctx, "ResourceClaimTemplate"),
     )
-    here = sorted(
-        {n for n, spaces in written.items() if namespace in spaces}
-        | {n for n, spaces in made.items() if namespace in spaces}
+    here = ctx.memo("dra-templates-by-namespace", lambda: _names_by_namespace(written, made)).get(
+        namespace
     )
     if not here:
         return  # the namespace's templates come from elsewhere
@@ -650,9 +653,19 @@ def claim_template_exists(pod: PodTemplate, ctx: Context) -> Iterator[Violation]
             continue  # in another namespace: dra-claim-namespace says so
         yield Violation(
             f"ResourceClaimTemplate {name} is not in the render (namespace {namespace} has "
-            f"{', '.join(here)})",
+            f"{KnownNames.of(here)})",
             (*pod.path, "resourceClaims", index, "resourceClaimTemplateName"),
         )
+
+
+def _names_by_namespace(*placed: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Namespace -> names, from name -> namespaces maps."""
+    out: dict[str, set[str]] = {}
+    for names in placed:
+        for name, spaces in names.items():
+            for space in spaces:
+                out.setdefault(space, set()).add(name)
+    return out
 
 
 def _namespaces(ctx: Context, kind: str) -> dict[str, set[str]]:

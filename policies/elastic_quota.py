@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from trainops import quantity
-from trainops.model import ERROR
+from trainops.model import ERROR, Document
 from trainops.policy import Context, Violation, pod_rule
 from trainops.policy.pods import PodTemplate, mapping
 
@@ -41,8 +41,8 @@ def elastic_quota_max(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
     scheduler = pod.spec.get("schedulerName")
     if not scheduler or scheduler == "default-scheduler":
         return
-    quotas = [q for q in ctx.of_kind("ElasticQuota") if q.namespace == pod.doc.namespace]
-    for found in quotas:
+    quotas = ctx.memo("elastic-quotas", lambda: _by_namespace(ctx.of_kind("ElasticQuota")))
+    for found in quotas.get(pod.doc.namespace, ()):
         limits = mapping(mapping(found.obj.get("spec")).get("max"))
         for resource, wanted in sorted(kueue_requests(pod).items()):
             most = quantity.parse(limits.get(resource))
@@ -52,3 +52,10 @@ def elastic_quota_max(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
                     f"ElasticQuota {found.name}'s max {limits[resource]}: it never schedules",
                     pod.path,
                 )
+
+
+def _by_namespace(quotas: list[Document]) -> dict[str | None, list[Document]]:
+    out: dict[str | None, list[Document]] = {}
+    for quota in quotas:
+        out.setdefault(quota.namespace, []).append(quota)
+    return out

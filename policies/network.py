@@ -43,7 +43,8 @@ def network_missing(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
         if nad is not None:
             continue
         named = "/".join(part for part in (attachment.namespace, attachment.name) if part)
-        generators = [g for g in ctx.of_kind(*NAD_GENERATORS) if g.name == attachment.name]
+        generators = ctx.memo("nad-generators", lambda: _by_name(ctx.of_kind(*NAD_GENERATORS)))
+        generators = generators.get(attachment.name, [])
         places = {_generated_namespace(g) for g in generators}
         if attachment.namespace in places or (generators and not attachment.namespace):
             continue  # the operator writes that NetworkAttachmentDefinition
@@ -173,22 +174,25 @@ def host_local_ipam(doc: Document, ctx: Context) -> Iterator[Violation]:
     kinds=("NetworkAttachmentDefinition",),
 )
 def ipam_overlap(doc: Document, ctx: Context) -> Iterator[Violation]:
-    ranges = ctx.memo("nad-ranges", lambda: _ranges(ctx.of_kind("NetworkAttachmentDefinition")))
+    ranges = ctx.memo("nad-ranges", lambda: _Ranges(ctx.of_kind("NetworkAttachmentDefinition")))
     for net in _networks(doc):
-        for theirs, other in _overlapping(ranges, net):
-            if other.resource_id != doc.resource_id and not _one_pool(doc, other, net, theirs):
+        for theirs, other in ranges.overlapping(net, _whereabouts_pool(doc)):
+            if other.resource_id != doc.resource_id:
                 yield Violation(
                     f"range {net} overlaps {theirs} of {other.resource_id}", ("spec", "config")
                 )
 
 
-def _one_pool(doc: Document, other: Document, net, theirs) -> bool:
-    """Whereabouts names its IP pool after the range (and network_name): NADs that share
-    both hand out addresses from one pool, never the same one twice."""
-    return net == theirs and _whereabouts_pool(doc) == _whereabouts_pool(other) is not None
+def _by_name(docs: list[Document]) -> dict[str, list[Document]]:
+    out: dict[str, list[Document]] = {}
+    for doc in docs:
+        out.setdefault(doc.name, []).append(doc)
+    return out
 
 
 def _whereabouts_pool(doc: Document) -> str | None:
+    """Whereabouts names its IP pool after the range and network_name: NADs that share both
+    hand out addresses from one pool, never the same one twice."""
     cni, _ = multus.config(doc.obj)
     section = multus.ipam(cni) if cni else None
     if not section or section.get("type") != "whereabouts":
@@ -196,27 +200,42 @@ def _whereabouts_pool(doc: Document) -> str | None:
     return str(section.get("network_name") or "")
 
 
-def _ranges(nads: list[Document]) -> dict[int, list]:
-    """Every NAD's ranges per IP version, sorted by first address, with their NAD."""
-    out: dict[int, list] = {4: [], 6: []}
-    for nad in nads:
-        for net in _networks(nad):
-            out[net.version].append(
-                (int(net.network_address), int(net.broadcast_address), net, nad)
-            )
-    for entries in out.values():
-        entries.sort(key=lambda entry: entry[0])
-    return out
+class _Ranges:
+    """Every NAD's ranges, found by the range itself: CIDR blocks are nested or disjoint, so
+    the blocks overlapping one are its supernets (one lookup per shorter prefix), itself,
+    and its subnets (a run of the blocks sorted by first address)."""
 
+    def __init__(self, nads: list[Document]):
+        self._by_block: dict[tuple, dict[str | None, list]] = {}
+        for nad in nads:
+            pool = _whereabouts_pool(nad)
+            for net in _networks(nad):
+                key = (net.version, int(net.network_address), net.prefixlen)
+                self._by_block.setdefault(key, {}).setdefault(pool, []).append((net, nad))
+        self._starts = {
+            version: sorted((start, prefix) for v, start, prefix in self._by_block if v == version)
+            for version in (4, 6)
+        }
 
-def _overlapping(ranges: dict[int, list], net) -> Iterator[tuple]:
-    """Ranges that overlap `net`: those starting before it ends and ending after it starts."""
-    entries = ranges[net.version]
-    first, last = int(net.network_address), int(net.broadcast_address)
-    end = bisect.bisect_right(entries, last, key=lambda entry: entry[0])
-    for _, end_at, theirs, other in entries[:end]:
-        if end_at >= first:
-            yield theirs, other
+    def overlapping(self, net, pool: str | None) -> Iterator[tuple]:
+        """(range, NAD) pairs overlapping `net`, but for NADs of the same whereabouts
+        pool as `pool` on the very same range."""
+        first, last, bits = int(net.network_address), int(net.broadcast_address), net.max_prefixlen
+        for prefix in range(net.prefixlen):
+            start = first & ~((1 << (bits - prefix)) - 1)
+            yield from self._members((net.version, start, prefix), skip=None)
+        yield from self._members((net.version, first, net.prefixlen), skip=pool)
+        starts = self._starts[net.version]
+        at = bisect.bisect_right(starts, (first, net.prefixlen))
+        for start, prefix in starts[at:]:
+            if start > last:
+                break
+            yield from self._members((net.version, start, prefix), skip=None)
+
+    def _members(self, key: tuple, skip: str | None) -> Iterator[tuple]:
+        for pool, entries in self._by_block.get(key, {}).items():
+            if skip is None or pool != skip:
+                yield from entries
 
 
 def _networks(doc: Document) -> list:

@@ -198,11 +198,11 @@ def queue_references(doc: Document, ctx: Context) -> Iterator[Violation]:
         if not isinstance(name, str) or not name:
             continue
         # Only where that kind is defined at all: the render (or its platform) has some.
-        known = [d for d in ctx.of_kind(kind) if _kueue(d)]
-        if known and ctx.find(kind, name) is None:
+        known = ctx.known_names(kind, where=_kueue)
+        if known.count and ctx.find(kind, name) is None:
             yield Violation(
                 f"{doc.kind} {doc.name} names {kind} {name!r}, which the render does not "
-                f"define ({', '.join(sorted({d.name for d in known})[:5])}): nothing is admitted",
+                f"define ({known}): nothing is admitted",
                 at,
             )
 

@@ -313,7 +313,7 @@ def pvc_storage_class_exists(doc: Document, ctx: Context) -> Iterator[Violation]
         if isinstance(name, str) and name and ctx.find("StorageClass", name) is None:
             if spec.get("volumeName"):
                 continue  # binds a pre-created volume of that class
-            known = ", ".join(d.name for d in ctx.of_kind("StorageClass"))
+            known = ctx.known_names("StorageClass")
             yield Violation(
                 f"StorageClass {name} is not in the render (it has {known})",
                 (*at, "storageClassName"),

@@ -6,17 +6,36 @@ plus a Deployment with its Service, a ConfigMap, and a CRD with one of its custo
 resources. Every unit has its own names and address range, and units share ten
 namespaces, so namespaces grow with the render, as lookups by namespace must
 survive. The ClusterPolicy is the cluster's one: only the first unit has it.
+
+`every_fixture_render` covers every kind the pack reads: each rule's failing and passing
+fixtures, copied with every object name and namespace made unique per fixture and copy,
+so a rule that compares each object of a kind with every other grows with the square of
+the copies; each copy of a fixture has its own 10.x addresses, as each network of a real
+render has its own range. The kinds a cluster has a handful of whatever its size (its ClusterPolicy,
+admission policies, SR-IOV node policies, priority classes) come from the first copy only.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import json
+import re
+from collections.abc import Iterator
 from typing import Any
 
+from tests.policies import catalog_fixtures, fixtures
 from tests.policies.fixtures import baseline
 
 UNIT = len(baseline()) + 6
+# Kinds whose number is the cluster's configuration, not the size of its workload.
+CLUSTER_CONFIGURATION = {
+    "ClusterPolicy",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "SriovNetworkNodePolicy",
+    "PriorityClass",
+}
 
 
 def synthetic_render(resources: int) -> list[dict[str, Any]]:
@@ -122,3 +141,52 @@ def _rename_references(job: dict[str, Any], suffix: str) -> None:
             claim = volume.get("persistentVolumeClaim")
             if claim:
                 claim["claimName"] += suffix
+
+
+def every_fixture_render(copies: int) -> list[dict[str, Any]]:
+    """Every rule's fixtures (failing and passing), `copies` times over."""
+    renders = []
+    for pairs in (fixtures.FIXTURES, catalog_fixtures.FIXTURES):
+        for failing, passing in pairs.values():
+            renders += [failing(), passing()]
+    out: list[dict[str, Any]] = []
+    blocks = itertools.count()
+    for copy_index in range(copies):
+        for render_index, render in enumerate(renders):
+            if copy_index:
+                render = [d for d in render if d.get("kind") not in CLUSTER_CONFIGURATION]
+            out.extend(_renamed(render, f"-f{render_index}c{copy_index}", blocks))
+    return out
+
+
+def _renamed(
+    render: list[dict[str, Any]], suffix: str, blocks: Iterator[int]
+) -> list[dict[str, Any]]:
+    """The render with each object's name and namespace suffixed, every string equal to
+    one of them (the references between its objects) changed alike, and each 10.x/16 it
+    names moved to a /16 of its own (from `blocks`)."""
+    names = set()
+    for doc in render:
+        meta = doc.get("metadata") or {}
+        names.update(v for v in (meta.get("name"), meta.get("namespace")) if isinstance(v, str))
+    moved: dict[str, str] = {}
+
+    def block(found: re.Match) -> str:
+        if found.group(1) not in moved:
+            number = next(blocks)
+            moved[found.group(1)] = f"{11 + number // 256}.{number % 256}."
+        return moved[found.group(1)]
+
+    def rename(value: Any) -> Any:
+        if isinstance(value, str):
+            return value + suffix if value in names else _TEN_X.sub(block, value)
+        if isinstance(value, dict):
+            return {key: rename(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [rename(item) for item in value]
+        return value
+
+    return [rename(doc) for doc in render]
+
+
+_TEN_X = re.compile(r"\b10\.(\d{1,3})\.(?=\d)")

@@ -3,6 +3,9 @@
 - Throughput: whole-process `trainops validate` of one file of 10,000 Deployments on
   one core (taskset -c 0), policies on, and the share the policy pack adds.
 - Growth: 100,000 resources (ten such files) against 10,000, on one core.
+- Every kind the pack reads: the policy pass (in process, CPU time) over copies of every
+  rule's fixtures (tests/scale.py's `every_fixture_render`) at about 10,000 and 100,000
+  resources; linear rules make the second about ten times the first.
 - The same files as a run's (below a runs/ directory), where the run rules see every
   object and each Deployment is an error: against the platform's time, and 100,000
   against 10,000.
@@ -31,7 +34,12 @@ from pathlib import Path
 from tests.bench import user_env
 from tests.bench.platform_repo import build, kustomizations
 from tests.bench.validate_bench import K8S_VERSION, VENV_BIN
+from tests.scale import every_fixture_render
 from tests.support import REPO
+from trainops.model import Document, Target
+from trainops.policy import Context
+from trainops.policy.engine import evaluate
+from trainops.policy.settings import PolicySettings, load_pack
 
 PEER_EVERY = 10  # the peer runs on one cluster in this many
 
@@ -89,7 +97,7 @@ def trainops(*args: str, one_core: bool = False) -> list[str]:
 
 
 def run(clusters: int, runs: int) -> dict:
-    results = {"throughput": _throughput()}
+    results = {"throughput": _throughput(), "every_kind": _every_kind()}
     results["platform_repository"] = _platform_repository(clusters, runs)
     return {"scale": results}
 
@@ -161,6 +169,31 @@ def _throughput() -> dict:
         f"  10,000 in a run (errors):  {best['10k_in_a_run']:6.2f} s  "
         f"{figures['run_over_platform_10k']}x the platform's; 100,000: "
         f"{figures['growth_100k_over_10k_in_a_run']}x the time of 10,000"
+    )
+    return figures
+
+
+def _every_kind() -> dict:
+    load_pack(REPO / "policies")
+    seconds, sizes = {}, {}
+    for label, copies in (("10k", 3), ("100k", 30)):
+        documents = [Document(obj=o, source="fixture.yaml") for o in every_fixture_render(copies)]
+        start = time.process_time()
+        evaluate(Context(Target("file", "fixture.yaml"), documents), PolicySettings())
+        seconds[label], sizes[label] = time.process_time() - start, len(documents)
+    figures = {
+        "resources_10k": sizes["10k"],
+        "resources_100k": sizes["100k"],
+        "policy_seconds_10k": round(seconds["10k"], 2),
+        "policy_seconds_100k": round(seconds["100k"], 2),
+        "growth_100k_over_10k": round(seconds["100k"] / seconds["10k"], 1),
+        "size_ratio": round(sizes["100k"] / sizes["10k"], 1),
+    }
+    print("\n== the policy pass over every kind the pack reads (copies of every fixture)")
+    print(
+        f"  {sizes['10k']:,} resources: {seconds['10k']:6.2f} s CPU; {sizes['100k']:,}: "
+        f"{seconds['100k']:6.2f} s, {figures['growth_100k_over_10k']}x the time for "
+        f"{figures['size_ratio']}x the resources"
     )
     return figures
 

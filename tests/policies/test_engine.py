@@ -17,7 +17,7 @@ from tests.policies.fixtures import baseline, edit, job, platform, pod, pytorchj
 from tests.support import REPO, write
 from trainops.errors import InputError
 from trainops.model import Document, Target
-from trainops.policy import Context, registered, registry, resource_rule
+from trainops.policy import Context, Violation, engine, registered, registry, resource_rule
 from trainops.policy.engine import evaluate
 from trainops.policy.pods import pod_templates
 from trainops.policy.settings import PolicySettings, load_pack, load_settings
@@ -447,6 +447,25 @@ def test_a_rule_that_raises_is_reported_and_the_other_rules_go_on(monkeypatch):
         for f in crashed
     )
     assert "nccl-debug-info" in rules_of(found)  # the rest of the pack still ran
+
+
+def test_a_rule_is_asked_for_a_bounded_number_of_violations_per_pod(monkeypatch):
+    asked = 0
+
+    def endless(pod, ctx):  # a rule that pairs each pod with every other of a huge render
+        nonlocal asked
+        while True:
+            asked += 1
+            yield Violation(f"pair {asked}")
+
+    rule = registered()["dev-shm-missing"]
+    monkeypatch.setitem(registry._RULES, rule.id, replace(rule, check=endless))
+    found = [f for f in run(NO_SHM()) if f.rule == "dev-shm-missing"]
+    kept = engine.VIOLATIONS_KEPT
+    notes = [f for f in found if f.severity == "info"]  # one per pod template
+    assert notes and asked == (kept + 1) * len(notes)
+    assert len(found) == (kept + 1) * len(notes)
+    assert f"the first {kept} are shown" in notes[0].message
 
 
 def test_an_applies_predicate_that_raises_lets_its_rules_run(monkeypatch):

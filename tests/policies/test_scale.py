@@ -4,16 +4,21 @@ Every Python and C function call made while evaluating the pack is counted on a
 synthetic render of 1,000 and of 10,000 resources (tests/scale.py). A rule that
 rescans the render for each resource makes the count grow a hundredfold; a
 linear pass grows it tenfold. Counting keeps the test exact on a busy machine.
+
+Over every rule's fixtures (tests/scale.py's `every_fixture_render`), the lines executed
+are counted per rule, so a rule whose loop compares each object with all others is seen
+even where it makes no call and where its share of the whole pass is small.
 """
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 
-from tests.scale import synthetic_render
+from tests.scale import every_fixture_render, synthetic_render
 from tests.support import REPO
 from trainops.model import Document, Target
-from trainops.policy import Context
+from trainops.policy import Context, engine
 from trainops.policy.engine import evaluate
 from trainops.policy.settings import PolicySettings, load_pack
 
@@ -108,3 +113,51 @@ def test_overlapping_pool_configs_are_found_in_linear_work():
     large, large_found = _counted(_pool_configs(10_000), "render")
     assert not [f for f in small_found + large_found if f.rule == "sriov-pool-config-overlap"]
     assert large / small <= 11, (small, large)
+
+
+def _lines_per_rule(copies: int, monkeypatch) -> Counter:
+    """Lines executed while evaluating the pack on `copies` copies of every fixture, by
+    the rule whose check was running ("" for the engine, render rules included)."""
+    documents = [Document(obj=o, source="fixture.yaml") for o in every_fixture_render(copies)]
+    lines: Counter = Counter()
+    running = [""]
+    kept = engine._first_violations
+
+    def attributed(rule, violations):
+        found = kept(rule, violations)
+        while True:
+            running[0] = rule.id
+            try:
+                violation = next(found)
+            except StopIteration:
+                return
+            finally:
+                running[0] = ""
+            yield violation
+
+    def local(frame, event, arg):
+        lines[running[0]] += 1
+        return local
+
+    with monkeypatch.context() as patch:
+        patch.setattr(engine, "_first_violations", attributed)
+        sys.settrace(lambda frame, event, arg: local)
+        try:
+            evaluate(Context(Target("file", "fixture.yaml"), documents), PolicySettings())
+        finally:
+            sys.settrace(None)
+    return lines
+
+
+def test_every_rule_grows_linearly_over_every_fixture(monkeypatch):
+    small = _lines_per_rule(1, monkeypatch)
+    large = _lines_per_rule(3, monkeypatch)
+    assert len(small) > 200  # the rules ran, each counted apart
+    # Three copies cost three times one; a rule that pairs objects costs nine times. The
+    # slack covers rules whose work is a few thousand lines of fixed cost.
+    grown = {
+        rule: (small[rule], large[rule])
+        for rule in large
+        if large[rule] > 3.3 * small[rule] + 5_000
+    }
+    assert grown == {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from trainops.appsets import NameConflict
 from trainops.model import Document, Target
@@ -20,6 +20,24 @@ from trainops.policy.pods import PodTemplate, effective_labels, pod_templates
 from trainops.profile.model import ClusterProfile
 from trainops.render.inputs import InputGraph
 from trainops.yamlio import cycle_collection_paused
+
+
+class KnownNames(NamedTuple):
+    """What a reference could have named, for a message: how many names, the first few."""
+
+    count: int
+    first: tuple[str, ...]
+
+    SHOWN = 5
+
+    @classmethod
+    def of(cls, names: Iterable[str]) -> KnownNames:
+        ordered = sorted(set(names))
+        return cls(len(ordered), tuple(ordered[: cls.SHOWN]))
+
+    def __str__(self) -> str:
+        rest = self.count - len(self.first)
+        return ", ".join(self.first) + (f" and {rest} more" if rest > 0 else "")
 
 
 class Context:
@@ -125,6 +143,16 @@ class Context:
             for key, value in effective_labels(pod).items():
                 labelled[(str(key), str(value))].add(i)
         return pods, labelled
+
+    def known_names(
+        self, *kinds: str, where: Callable[[Document], bool] | None = None
+    ) -> KnownNames:
+        """The names of the documents of `kinds` (those `where` accepts) in this render
+        and the platform's, once per render: what a dangling reference's message names."""
+        return self.memo(
+            ("known-names", kinds, where),
+            lambda: KnownNames.of(d.name for d in self.of_kind(*kinds) if not where or where(d)),
+        )
 
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
         """A fact about the whole render (e.g. every NAD's address ranges), computed once."""

@@ -9,12 +9,12 @@ and turns violations into findings placed at their file and line.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from trainops.model import ERROR, Document, Finding, Target, json_path
+from trainops.model import ERROR, INFO, Document, Finding, Target, json_path
 from trainops.policy import posture
 from trainops.policy.context import Context
 from trainops.policy.exemptions import annotations_trusted, exempted_finding, granted
@@ -149,6 +149,22 @@ def _dispatch(rules: tuple[Rule, ...]) -> _Dispatch:
 
 
 Found = list[tuple[Rule, Document | None, PodTemplate | None, Violation]]
+# Violations one rule reports on one document or pod: past this the rule is not asked for
+# more, so a rule that pairs each object with every other of a large render stays linear
+# in the render and its report readable.
+VIOLATIONS_KEPT = 32
+
+
+def _first_violations(rule: Rule, violations: Iterable[Violation]) -> Iterator[Violation]:
+    for count, violation in enumerate(violations):
+        if count == VIOLATIONS_KEPT:
+            yield Violation(
+                f"{rule.id} has more findings on this resource; the first {VIOLATIONS_KEPT} "
+                "are shown",
+                severity=INFO,
+            )
+            return
+        yield violation
 
 
 def _violations(ctx: Context, dispatch: _Dispatch) -> Found:
@@ -176,7 +192,7 @@ def _violations(ctx: Context, dispatch: _Dispatch) -> Found:
                     pass
             for rule in rules:
                 try:
-                    for violation in rule.check(doc, ctx):
+                    for violation in _first_violations(rule, rule.check(doc, ctx)):
                         found.append((rule, doc, None, violation))
                 except Exception as exc:
                     found.append((rule, doc, None, _internal_error(rule, exc)))
@@ -194,7 +210,7 @@ def _violations(ctx: Context, dispatch: _Dispatch) -> Found:
                         pass
                 for rule in rules:
                     try:
-                        for violation in rule.check(pod, ctx):
+                        for violation in _first_violations(rule, rule.check(pod, ctx)):
                             found.append((rule, doc, pod, violation))
                     except Exception as exc:
                         found.append((rule, doc, pod, _internal_error(rule, exc)))
