@@ -329,8 +329,10 @@ def doctor_messages() -> str:
         "user-facing INFO format of NCCL 2.18 on and of aws-ofi-nccl 1.14 on (read from every "
         "release's sources by `scripts/extract-doctor-messages.py`), NCCL's result strings as "
         "its callers quote them, libfabric's EFA errors, UCX's errors, the error strings of "
-        "torch.distributed and torch.cuda (with earlier wordings), Open MPI mpirun's launch "
-        "failures, the CUDA error names and NVIDIA's Xid table. "
+        "torch.distributed and torch.cuda (with earlier wordings), Gloo's transport errors, "
+        "Horovod's stall inspector, mismatch and launch errors, Open MPI mpirun's launch "
+        "failures and its TCP BTL's unreachable and lost peers, the CUDA error names and "
+        "NVIDIA's Xid table. "
         "Each raises the finding shown at the severity shown; `benign` lines are printed by "
         "working systems and `evidence` lines are context (versions, transports, settings). "
         "`trainops policies explain ID` explains a finding.",

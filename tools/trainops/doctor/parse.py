@@ -73,6 +73,11 @@ _CUES: dict[str, tuple[str, ...]] = {
     "Open MPI": (STACK,),
     "not enough slots": (CATALOG, STACK),
     "fewer slots": (CATALOG, STACK),
+    "unexpectedly disconnected": (CATALOG,),  # Open MPI's TCP BTL: a peer hung up
+    "out-of-band": (CATALOG,),  # Open MPI's OOB interface selection
+    "Horovod": (CATALOG,),
+    "horovod": (CATALOG,),  # Horovod's log lines name their file (horovod/common/...)
+    "not successful": (CATALOG,),  # horovodrun: ssh not successful for host
     "DistributedDataParallel": (STACK,),
     "deepspeed": (STACK,),
     "accelerate": (STACK,),

@@ -12,7 +12,12 @@ One YAML file per component beside this module:
   settings and lost peers;
 - `torch.yaml`: the error and warning strings of torch.distributed and torch.cuda of the
   pinned torch (with the earlier wordings users of older releases paste);
-- `openmpi.yaml`: Open MPI's mpirun help messages that say why no rank started;
+- `openmpi.yaml`: Open MPI's mpirun help messages that say why no rank started, and its TCP
+  BTL's and BML's messages on peers it cannot reach or lost;
+- `gloo.yaml`: Gloo's tcp transport errors that torch.yaml does not carry (peers lost,
+  connects failed, interfaces not found);
+- `horovod.yaml`: Horovod's stall inspector, its coordinator's mismatch errors, its shutdown
+  status and horovodrun's launch failures;
 - `cuda.yaml`: the CUDA runtime and driver error names and their strings;
 - `xid.yaml`: NVIDIA's Xid table;
 - `errno.yaml`: the C library's error texts that name a cause wherever another component's
@@ -49,6 +54,8 @@ COMPONENTS = (
     "ucx",
     "torch",
     "openmpi",
+    "gloo",
+    "horovod",
     "cuda",
     "xid",
     "errno",
