@@ -21,7 +21,7 @@ from trainops.doctor.report import table
 from trainops.errors import InputError
 from trainops.model import Target
 from trainops.preflight import FAIL, PASS, WARN, run_checks
-from trainops.preflight.fabric import checkpoint_probe
+from trainops.preflight.fabric import checkpoint_probe, gpudirect_probe
 from trainops.profile import tenancy
 from trainops.profile.model import load_profile
 from trainops.render.discover import display_path, kustomization_file
@@ -53,8 +53,25 @@ PREFLIGHT_TEMPLATE = Path("training") / "preflight"
     "writes a file per node into the checkpoint claim (kubectl apply -f -; preflight then "
     "checks that every node wrote; delete it afterwards).",
 )
+@click.option(
+    "--emit-gpudirect-probe",
+    is_flag=True,
+    help="Print the GPUDirect probe instead of checking, for clusters whose hosts carry the "
+    "GPU driver (installed: gpu-driver): a DaemonSet on the GPU nodes, Ready on each node "
+    "with nvidia_peermem loaded (gpudirect peermem) or the open kernel modules (dmabuf), "
+    "which the GPU Operator then does not provide (kubectl apply -f -; preflight then checks "
+    "every node; delete it afterwards).",
+)
 def preflight(
-    overlay, context, recording, save_recording, fmt, emit_job, name, emit_checkpoint_probe
+    overlay,
+    context,
+    recording,
+    save_recording,
+    fmt,
+    emit_job,
+    name,
+    emit_checkpoint_probe,
+    emit_gpudirect_probe,
 ):
     """Check that a live cluster provides what OVERLAY (overlays/<cluster>) expects.
 
@@ -64,8 +81,9 @@ def preflight(
     with the profile's GPU product label, GPUs and RDMA devices allocatable; the
     GPU nodes Ready with every topology label; the RDMA resource advertised; net1
     addresses inside ipRange; a checkpoint write from every GPU node (the probe);
-    the UFM secret for a partition key; Kueue/Volcano queues present; the GPU
-    Operator's ClusterPolicy ready.
+    the UFM secret for a partition key; on hosts that carry the GPU driver,
+    nvidia_peermem or the open kernel modules on every GPU node (the GPUDirect
+    probe); Kueue/Volcano queues present; the GPU Operator's ClusterPolicy ready.
 
     Exit codes: 0 every check passed (warnings allowed), 1 a check failed,
     2 unreadable input or no cluster.
@@ -81,6 +99,17 @@ def preflight(
         )
     if emit_checkpoint_probe:
         emit(dump(checkpoint_probe(load_profile(overlay / "cluster.yaml"))), None)
+        return
+    if emit_gpudirect_probe:
+        profile = load_profile(overlay / "cluster.yaml")
+        probe = gpudirect_probe(profile)
+        if probe is None:
+            raise InputError(
+                "nothing to probe: GPUDirect needs nothing of the hosts here (the GPU "
+                "Operator's driver container provides its modules, or gpudirect is none)",
+                str(overlay / "cluster.yaml"),
+            )
+        emit(dump(probe), None)
         return
     renderer, _ = make_renderer(project_config())
     if emit_job:

@@ -3,8 +3,9 @@
 The overlay's platform render says which namespaces, networks, claims, queues and
 custom resources must exist (`platform`); its profile says which nodes, GPUs, RDMA
 devices, topology labels and addresses training needs, and every GPU node must be
-able to write checkpoints (`fabric`). Each check reads the API server (read-only)
-and passes, warns or fails with a fix.
+able to write checkpoints (`fabric`); where the hosts carry the GPU driver, every GPU
+node must provide what GPUDirect needs of them (`fabric.check_host_gpudirect`). Each
+check reads the API server (read-only) and passes, warns or fails with a fix.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def run_checks(cluster: Cluster, profile: ClusterProfile, docs: list[Document]) 
         *fabric.check_addresses(cluster, profile, docs),
         *fabric.check_checkpoint_writes(cluster, profile),
         *fabric.check_ufm_secret(cluster, profile),
+        *fabric.check_host_gpudirect(cluster, profile),
         *platform.check_queues(cluster, docs),
         *platform.check_gpu_operator(cluster, docs),
     ]

@@ -9,7 +9,12 @@
   profile's `ipRange` (Multus's network-status annotation says which);
 - checkpoint writes: the checkpoint probe (`trainops preflight --emit-checkpoint-probe`, a
   DaemonSet on the GPU nodes) wrote a file into the checkpoint claim from every node;
-- the UFM secret ib-kubernetes reads, where the Network Operator applies a partition key.
+- the UFM secret ib-kubernetes reads, where the Network Operator applies a partition key;
+- GPUDirect on hosts that carry the GPU driver (`installed: [gpu-driver]`): the GPU
+  Operator then runs no driver container, so nothing of it loads nvidia_peermem or the
+  open kernel modules, and its ClusterPolicy gets ready all the same
+  (`trainops.profile.host_driver`); the GPUDirect probe (`--emit-gpudirect-probe`, a
+  DaemonSet on the GPU nodes) is Ready on each node that provides them.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from trainops.preflight.platform import (
     gpu_nodes,
 )
 from trainops.profile.fabric import NETWORK_OPERATOR_NAMESPACE, UFM_SECRET
+from trainops.profile.host_driver import host_duty
 from trainops.profile.model import ClusterProfile
 from trainops.profile.tenancy import TENANT_LABEL
 from trainops.profile.topology import HOSTNAME
@@ -39,6 +45,7 @@ NETWORK_STATUS = "k8s.v1.cni.cncf.io/network-status"
 PROBE = "checkpoint-probe"
 PROBE_NAMESPACE = "training"
 PROBE_DIR = "/checkpoints/.preflight"
+GPUDIRECT_PROBE = "gpudirect-probe"
 
 
 def _name(obj: dict[str, Any]) -> str:
@@ -230,17 +237,7 @@ def check_checkpoint_writes(cluster: Cluster, profile: ClusterProfile) -> list[C
                 "apply -f -), check again, then delete it.",
             )
         ]
-    pods = items(
-        cluster, f"/api/v1/namespaces/{PROBE_NAMESPACE}/pods", labelSelector=f"app={PROBE}"
-    )
-    wrote = {
-        str((p.get("spec") or {}).get("nodeName"))
-        for p in pods
-        if any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in (p.get("status") or {}).get("conditions") or []
-        )
-    }
+    wrote = _probe_ready_nodes(cluster, PROBE)
     missing = [n for n in nodes if n not in wrote]
     if missing:
         return [
@@ -260,6 +257,55 @@ def check_checkpoint_writes(cluster: Cluster, profile: ClusterProfile) -> list[C
             f"every one of {len(nodes)} GPU nodes wrote {PROBE_DIR}/<node> to the claim",
         )
     ]
+
+
+def _probe_ready_nodes(cluster: Cluster, app: str) -> set[str]:
+    """The nodes where a probe DaemonSet's pod is Ready."""
+    pods = items(cluster, f"/api/v1/namespaces/{PROBE_NAMESPACE}/pods", labelSelector=f"app={app}")
+    return {
+        str((p.get("spec") or {}).get("nodeName"))
+        for p in pods
+        if any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (p.get("status") or {}).get("conditions") or []
+        )
+    }
+
+
+def check_host_gpudirect(cluster: Cluster, profile: ClusterProfile) -> list[Check]:
+    """Where the hosts carry the GPU driver, every GPU node provides what the profile's
+    gpudirect needs (nvidia_peermem loaded, or the open kernel modules)."""
+    duty = host_duty(profile)
+    if duty is None:
+        return []
+    nodes = [_name(n) for n in gpu_nodes(cluster, profile)]
+    path = f"/apis/apps/v1/namespaces/{PROBE_NAMESPACE}/daemonsets/{GPUDIRECT_PROBE}"
+    if get_or_none(cluster, path) is None:
+        return [
+            Check(
+                duty.check,
+                WARN,
+                f"not probed (the hosts must have {duty.provides})",
+                "Start the probe (trainops preflight OVERLAY --emit-gpudirect-probe | kubectl "
+                "apply -f -), check again, then delete it. " + duty.fix,
+            )
+        ]
+    ready = _probe_ready_nodes(cluster, GPUDIRECT_PROBE)
+    missing = [n for n in nodes if n not in ready]
+    if missing or not nodes:
+        return [
+            Check(
+                duty.check,
+                FAIL,
+                f"{len(nodes) - len(missing)} of {len(nodes)} GPU nodes have {duty.provides}; "
+                f"not: {', '.join(missing[:5]) or 'no GPU node'}",
+                f"Pods expecting GPUDirect (TRAINER_EXPECT_GDR) fail there, and NCCL without it "
+                f"stages every transfer through host memory. {duty.fix} (kubectl -n "
+                f"{PROBE_NAMESPACE} describe pod -l app={GPUDIRECT_PROBE} if the probe did "
+                "not start.)",
+            )
+        ]
+    return [Check(duty.check, PASS, f"every one of {len(nodes)} GPU nodes has {duty.provides}")]
 
 
 def check_ufm_secret(cluster: Cluster, profile: ClusterProfile) -> list[Check]:
@@ -284,7 +330,6 @@ def check_ufm_secret(cluster: Cluster, profile: ClusterProfile) -> list[Check]:
 def checkpoint_probe(profile: ClusterProfile) -> dict[str, Any]:
     """A DaemonSet on the GPU nodes: each pod writes its node's name into the checkpoint
     claim and is Ready once the file reads back."""
-    selector = {GPU_PRODUCT_LABEL: profile.gpuProduct} if profile.gpuProduct else {}
     write = (
         f'mkdir -p {PROBE_DIR} && echo "$NODE_NAME" > {PROBE_DIR}/$NODE_NAME && sync '
         "&& exec sleep infinity"
@@ -305,6 +350,41 @@ def checkpoint_probe(profile: ClusterProfile) -> dict[str, Any]:
         "securityContext": {"allowPrivilegeEscalation": False},
         "volumeMounts": [{"name": "checkpoints", "mountPath": "/checkpoints"}],
     }
+    volumes = [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": "checkpoints"}}]
+    return _probe_daemonset(profile, PROBE, container, volumes)
+
+
+def gpudirect_probe(profile: ClusterProfile) -> dict[str, Any] | None:
+    """A DaemonSet on the GPU nodes whose pod is Ready where the node provides what
+    GPUDirect needs of hosts that carry the driver; None where the hosts need not."""
+    duty = host_duty(profile)
+    if duty is None:
+        return None
+    container = {
+        "name": "probe",
+        "image": profile.image,
+        "command": ["/bin/sh", "-c", "exec sleep infinity"],
+        "readinessProbe": {
+            "exec": {"command": ["/bin/sh", "-c", duty.readiness]},
+            "periodSeconds": 10,
+        },
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "16Mi"},
+            "limits": {"cpu": "100m", "memory": "64Mi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    return _probe_daemonset(profile, GPUDIRECT_PROBE, container, [])
+
+
+def _probe_daemonset(
+    profile: ClusterProfile, app: str, container: dict[str, Any], volumes: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """An unprivileged, non-root DaemonSet with one pod per GPU node (no GPU requested)."""
+    selector = {GPU_PRODUCT_LABEL: profile.gpuProduct} if profile.gpuProduct else {}
     spec: dict[str, Any] = {
         "securityContext": {
             "runAsUser": 1000,
@@ -316,16 +396,17 @@ def checkpoint_probe(profile: ClusterProfile) -> dict[str, Any]:
         },
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "containers": [container],
-        "volumes": [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": "checkpoints"}}],
     }
+    if volumes:
+        spec["volumes"] = volumes
     if selector:
         spec["nodeSelector"] = selector
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": PROBE, "namespace": PROBE_NAMESPACE, "labels": {"app": PROBE}},
+        "metadata": {"name": app, "namespace": PROBE_NAMESPACE, "labels": {"app": app}},
         "spec": {
-            "selector": {"matchLabels": {"app": PROBE}},
-            "template": {"metadata": {"labels": {"app": PROBE}}, "spec": spec},
+            "selector": {"matchLabels": {"app": app}},
+            "template": {"metadata": {"labels": {"app": app}}, "spec": spec},
         },
     }

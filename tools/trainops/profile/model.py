@@ -246,7 +246,9 @@ FIELD_DOCS = {
     "memoryPerPod": "memory each training pod requests (default: 90% of nodeAllocatable's)",
     "shmSize": "size of /dev/shm (memory-backed) in each pod (default: 8Gi per GPU)",
     "installed": "parts the cluster already runs, which the overlay then leaves out: multus, "
-    "whereabouts, gpu-driver (drivers on the hosts: the GPU Operator's driver container off), "
+    "whereabouts, gpu-driver (drivers on the hosts: the GPU Operator's driver container off, "
+    "so the hosts also load nvidia-peermem for gpudirect peermem, or run the open kernel "
+    "modules for dmabuf; `trainops preflight` checks), "
     "network-operator or sriov-network-operator (the rdmaProvider's operator; its "
     "configuration stays in the overlay)",
     "monitoring": "prometheus-operator (default: its CRDs exist, the overlay adds the DCGM "
@@ -680,6 +682,20 @@ def _check_fabric(p: ClusterProfile, network: str, fail) -> None:
             "ofed",
             "gpudirect peermem loads nvidia-peermem, which needs MOFED (host or "
             "driver-container), not the inbox driver; or use gpudirect dmabuf",
+        )
+    if p.gpudirect == "peermem" and "gpu-driver" in p.installed and ofed == "driver-container":
+        # The operator builds nvidia-peermem in its driver container against the MOFED
+        # container's sources and its sidecar reloads it whenever that MOFED reloads
+        # (gpu-operator v25.10.1 controllers/object_controls.go#L3447-L3461,
+        # assets/state-driver/0500_daemonset.yaml#L150-L155); with the hosts' driver that
+        # container does not run, and the hosts (inbox RDMA) have no MOFED to build it for.
+        raise fail(
+            "installed",
+            "gpu-driver with gpudirect peermem and ofed driver-container: nothing builds "
+            "nvidia-peermem against the Network Operator's MOFED or reloads it after that "
+            "container restarts (the GPU Operator's driver container does, and it is off); "
+            "use ofed host (MOFED and nvidia-peermem on the hosts), gpudirect dmabuf, or let "
+            "the GPU Operator install the driver",
         )
     if p.rdmaProvider != "preinstalled" and not re.match(
         r"^[a-z0-9][-a-z0-9.]*/[-\w.]+$", p.rdmaResource

@@ -16,7 +16,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trainops.profile import admission, fabric, observability, schedulers, tenancy
+from trainops.profile import (
+    admission,
+    fabric,
+    host_driver,
+    observability,
+    schedulers,
+    tenancy,
+)
 from trainops.profile.generated import generated_file
 from trainops.profile.model import ClusterProfile
 from trainops.profile.topology import (
@@ -469,9 +476,16 @@ def gpu_operator_values(p: ClusterProfile) -> dict[str, Any]:
         driver = {"enabled": True, "kernelModuleType": "open"}
         driver["rdma"] = {"enabled": False, "useHostMofed": False}
     if "gpu-driver" in p.installed:
-        # The hosts carry the driver (and load nvidia-peermem where needed): the operator
-        # must not start its driver container against it.
+        # The hosts carry the driver: the operator must not start its driver container
+        # against it. driver.rdma is read only while the operator transforms that
+        # container's DaemonSet (its nvidia-peermem sidecar, GPU_DIRECT_RDMA_ENABLED), which
+        # it deletes when driver.enabled is false, and the operator-validator never waits
+        # for nvidia_peermem: rdma.enabled would be ignored, so it says false and the hosts
+        # load nvidia_peermem themselves (`trainops preflight` checks it). The operator's
+        # lines: host_driver.SOURCES, e.g.
+        # https://github.com/NVIDIA/gpu-operator/blob/v25.10.1/controllers/object_controls.go#L4437-L4444
         driver["enabled"] = False
+        driver["rdma"] = {"enabled": False, "useHostMofed": False}
     return {
         # Required by the ClusterPolicy CRD up to v25.10.x.
         "operator": {"defaultRuntime": "containerd"},
@@ -505,6 +519,14 @@ def _gpu_operator_values(p: ClusterProfile) -> str:
         f"# Helm values of Argo CD's {p.name}-gpu-operator Application (the GPU\n"
         "# Operator chart, which renders and owns the ClusterPolicy).\n"
     )
+    duty = host_driver.host_duty(p)
+    if duty is not None:
+        comment += (
+            f"# The hosts carry the GPU driver (installed: gpu-driver): the operator runs no\n"
+            f"# driver container, so gpudirect {p.gpudirect} needs the hosts to have\n"
+            f"# {duty.provides} (nothing in the operator provides or checks it);\n"
+            "# `trainops preflight` checks it (--emit-gpudirect-probe).\n"
+        )
     return _doc(p, gpu_operator_values(p), comment=comment)
 
 
