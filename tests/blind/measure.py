@@ -97,9 +97,12 @@ def finding_key(finding: dict) -> tuple:
 
 
 def is_missing_schema(finding: dict) -> bool:
-    return finding.get("rule") == "schema" and finding.get("message", "").startswith(
-        "no schema for"
-    )
+    """A kind trainops has no schema for (rule schema-missing; before it had an id of its
+    own, rule schema): what it says names the apiVersion, so it differs between a bad and
+    a good file that differ there, yet it detects nothing."""
+    return finding.get("rule") in ("schema", "schema-missing") and finding.get(
+        "message", ""
+    ).startswith("no schema for")
 
 
 def case_dirs(root: Path = HERE) -> list[Path]:
