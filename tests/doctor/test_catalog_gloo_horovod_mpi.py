@@ -218,3 +218,23 @@ def test_the_stall_inspector_at_warning_level_is_not_an_error():
     found = _by_rule(LOGS[7][0])
     assert found["collective-straggler"].severity == WARNING
     assert not any(f.severity == ERROR for f in found.values() if f.rule != "outcome-unproven")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # v0.21 and later: the timeout and the variable that sets it.
+        "  what():  [horovod/common/gloo/http_store.cc:57] Wait timeout after 30 seconds for "
+        "key(s): 0. You may want to increase the timeout via HOROVOD_GLOO_TIMEOUT_SECONDS",
+        # v0.20 and before.
+        "  what():  [horovod/common/gloo/http_store.cc:53] [horovod/common/gloo/http_store.cc:53] "
+        "Wait timeout for key(s): 0",
+    ],
+    ids=["v0.28", "v0.20"],
+)
+def test_horovods_rendezvous_timeout_says_which_timeout_to_raise(line):
+    # torch's own Gloo store says "Wait timeout" too; Horovod's HTTP store is the one whose
+    # fix is horovodrun's --gloo-timeout-seconds.
+    found = _by_rule(line)["store-timeout"]
+    assert "--gloo-timeout-seconds" in found.fix
+    assert "horovod/common/gloo/http_store.cc" in found.message
