@@ -204,6 +204,33 @@ def test_a_cuda_string_without_cuda_on_the_line_is_not_a_cuda_error():
     assert catalog.lookup("ValueError: invalid argument for --lr") is None
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "I try to run finetune_task.sh on a 4xA100 40G and I get CUDA out of memory",
+        "With torch 2.1 CUDA reports an illegal memory access was encountered sometimes",
+    ],
+)
+def test_a_sentence_that_names_cuda_and_an_error_string_is_not_a_cuda_error(line):
+    # A caller prints the string after a colon or a quote; a reporter's sentence does not.
+    assert catalog.lookup(line) is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: CUDA error: out of memory",
+        "CUDA driver error: out of memory",
+        "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=47 error=2 : "
+        "out of memory",
+        "RuntimeError: cuDNN error: CUDNN_STATUS_INTERNAL_ERROR (cudaMalloc(&p, n)=out of memory)",
+    ],
+)
+def test_a_cuda_string_as_callers_print_it_is_still_read(line):
+    found = catalog.lookup(line)
+    assert found is not None and found.finding == "nccl-out-of-memory", found
+
+
 def test_every_xid_of_the_table_is_decoded():
     xids = [e for e in catalog.entries() if e.component == "xid"]
     assert len(xids) >= 100 and catalog.xid(79).finding == "gpu-fault"

@@ -252,8 +252,11 @@ class Index:
 
 
 # CUDA's error strings are plain English ("invalid argument", "out of memory"): they name a
-# CUDA error only on a line that says CUDA (or NCCL, which prints them) before them.
-_CUDA_CONTEXT = r"(?i:cuda|nccl|cu[a-z]+\(|torch).{0,300}?"
+# CUDA error only on a line that says CUDA (or NCCL, which prints them) before them, and only
+# where a caller prints them, after a colon, quote, '=' or '(' ("CUDA error: %s", NCCL's
+# "Cuda failure '%s'", THC's "error=2 : %s"): a sentence such as "I get CUDA out of memory"
+# names no error.
+_CUDA_CONTEXT = r"(?i:cuda|nccl|cu[a-z]+\(|torch).{0,300}?[:'\"=(]\s*"
 # NVML's strings ("Driver/library version mismatch") follow what printed them: nvidia-smi's
 # "Failed to initialize NVML: %s", NCCL's and torch's NVML calls.
 _NVML_CONTEXT = r"(?i:nvml|nvidia-smi|cuda|nccl|torch).{0,300}?"
