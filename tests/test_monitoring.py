@@ -18,7 +18,7 @@ import yaml
 from tests.support import REPO
 from trainer.metrics import exported_metrics
 from trainops.profile import observability
-from trainops.profile.model import load_profile, parse_profile
+from trainops.profile.model import ProfileError, load_profile, parse_profile
 
 CLUSTERS = sorted(p.parent.name for p in (REPO / "overlays").glob("*/cluster.yaml"))
 DCGM_DEFAULTS = (
@@ -50,7 +50,8 @@ def _rule_file(cluster: str, directory: Path) -> Path:
 def test_promtool_accepts_every_clusters_rules(cluster, tmp_path):
     done = promtool("check", "rules", str(_rule_file(cluster, tmp_path)), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 12 rules found" in done.stdout
+    count = len(observability.training_alerts(profile(cluster)))
+    assert f"SUCCESS: {count} rules found" in done.stdout
 
 
 def test_promtool_rejects_a_broken_rule(tmp_path):
@@ -133,6 +134,27 @@ CASES = {
         },
         "90m",
         [{"namespace": "training", "training_job": "bad"}],
+    ),
+    "TrainingWorldShrunk": (
+        {
+            # Four processes, then three after a node left; the other job keeps its four.
+            f"trainer_world_size{{{_job('bad')}}}": "4x30 3x30",
+            f"trainer_world_size{{{_job('good')}}}": "4x60",
+        },
+        "50m",
+        [{"namespace": "training", "training_job": "bad"}],
+    ),
+    "GPUUtilisationLow": (
+        {
+            f'DCGM_FI_DEV_GPU_UTIL{{{_gpu("bad")},exported_pod="idle-0",'
+            'exported_namespace="training"}': "2x70",
+            f'DCGM_FI_DEV_GPU_UTIL{{{_gpu("good")},exported_pod="busy-0",'
+            'exported_namespace="training"}': "95x70",
+            # A GPU no pod uses is not a training pod's idle GPU.
+            f"DCGM_FI_DEV_GPU_UTIL{{{_gpu('free')}}}": "0x70",
+        },
+        "65m",
+        [{"exported_namespace": "training", "exported_pod": "idle-0"}],
     ),
     "GPUXidCritical": (
         {
@@ -257,14 +279,28 @@ def test_promtool_unit_tests_can_fail(tmp_path):
 
 def test_thresholds_come_from_the_profile():
     base = yaml.safe_load((REPO / "overlays/lab-tcp/cluster.yaml").read_text())
-    base["alerts"] = {"stallMinutes": "30", "stragglerRatio": 1.5, "expectedTransport": "ib"}
+    base["alerts"] = {
+        "stallMinutes": "30",
+        "stragglerRatio": 1.5,
+        "expectedTransport": "ib",
+        "gpuUtilisationPercent": 25,
+    }
     tuned = parse_profile(base, "lab-tcp")
     exprs = {a.name: a.expr for a in observability.training_alerts(tuned)}
+    assert exprs["GPUUtilisationLow"].endswith("< 25")
     assert exprs["TrainingStalled"].endswith("> 1800")
     assert exprs["TrainingStraggler"] == "trainer_straggler_ratio > 1.5"
     assert 'transport!~"ib|unchecked"' in exprs["NCCLTransportUnexpected"]
     default = {a.name: a.expr for a in observability.training_alerts(profile("lab-tcp"))}
     assert 'transport!~"socket|unchecked"' in default["NCCLTransportUnexpected"]
+
+
+@pytest.mark.parametrize("value", [0, 100, "busy"])
+def test_a_gpu_utilisation_threshold_outside_0_to_100_is_refused(value):
+    base = yaml.safe_load((REPO / "overlays/lab-tcp/cluster.yaml").read_text())
+    base["alerts"] = {"gpuUtilisationPercent": value}
+    with pytest.raises(ProfileError, match=r"alerts\.gpuUtilisationPercent"):
+        parse_profile(base, "lab-tcp")
 
 
 def test_every_alert_links_to_its_runbook_entry():

@@ -172,6 +172,35 @@ def training_alerts(p: ClusterProfile) -> list[Alert]:
             "work and slow recovery eat the schedule.",
         ),
         Alert(
+            "TrainingWorldShrunk",
+            "warning",
+            f"min by ({JOB}) (trainer_world_size)"
+            f" < max by ({JOB}) (max_over_time(trainer_world_size[6h]))",
+            "10m",
+            "Training job {{ $labels.training_job }} trains with {{ $value }} processes, "
+            "fewer than it had",
+            "An elastic run lost nodes and went on with the others (torchrun's rendezvous "
+            "accepts down to --nnodes' minimum): it trains degraded, slower per step and "
+            "with a smaller global batch unless the trainer rescales it, until the nodes "
+            "come back.",
+        ),
+        Alert(
+            "GPUUtilisationLow",
+            "warning",
+            # dcgm-exporter labels each GPU with the pod using it (pod, namespace: its
+            # kubernetes mapping, DCGM_EXPORTER_KUBERNETES=true under the GPU Operator);
+            # the scrape renames them exported_pod/exported_namespace, since the
+            # exporter's own pod holds pod and namespace.
+            "avg by (exported_namespace, exported_pod) "
+            '(avg_over_time(DCGM_FI_DEV_GPU_UTIL{exported_pod!=""}[30m]))'
+            f" < {a.gpuUtilisationPercent:g}",
+            "30m",
+            "Pod {{ $labels.exported_pod }} keeps its GPUs {{ $value | humanize }}% busy",
+            f"Its GPUs averaged under {a.gpuUtilisationPercent:g}% utilisation for an hour: "
+            "a job waiting on data, a hung rank, or GPUs requested and left idle, which "
+            "other jobs could use.",
+        ),
+        Alert(
             "GPUXidCritical",
             "critical",
             xids,
@@ -308,6 +337,16 @@ PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
                 "time() - max by (training_job) "
                 f"(trainer_last_checkpoint_timestamp_seconds{{{_JOB}}})",
                 "{{training_job}}",
+            ),
+        ),
+    ),
+    (
+        "World size",
+        "short",
+        (
+            (
+                f"min by (training_job) (trainer_world_size{{{_JOB}}})",
+                "{{training_job}} processes",
             ),
         ),
     ),

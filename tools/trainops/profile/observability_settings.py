@@ -39,6 +39,12 @@ ALERT_KEYS: dict[str, tuple[type, Any, str]] = {
         "CheckpointTooOld when the last checkpoint is older than this many intervals",
     ),
     "ettrTarget": (float, 0.9, "ETTRBelowTarget under this effective training time ratio"),
+    "gpuUtilisationPercent": (
+        float,
+        10.0,
+        "GPUUtilisationLow when a training pod's GPUs average less utilisation (%) than this "
+        "over 30 minutes",
+    ),
     "expectedTransport": (
         str,
         None,
@@ -85,6 +91,7 @@ class Alerts:
     stragglerRatio: float
     checkpointAgeFactor: float
     ettrTarget: float
+    gpuUtilisationPercent: float
     expectedTransport: str
     runbookUrl: str
 
@@ -157,6 +164,8 @@ def parse(
         raise fail("alerts.stragglerRatio", "must be above 1 (1 is the median node)")
     if a["checkpointAgeFactor"] < 1:
         raise fail("alerts.checkpointAgeFactor", "must be at least 1")
+    if not 0 < a["gpuUtilisationPercent"] < 100:
+        raise fail("alerts.gpuUtilisationPercent", "must be above 0 and below 100")
     if not _TRANSPORT.match(a["expectedTransport"]):
         raise fail("alerts.expectedTransport", "must be a network name such as ib or socket")
     if not a["runbookUrl"].startswith(("https://", "http://")):
