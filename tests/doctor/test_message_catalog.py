@@ -352,3 +352,29 @@ def test_an_earlier_wording_names_the_message_and_the_source_that_printed_it(ent
     found = catalog.lookup(clean("RuntimeError: " + printed(fmt)).text)
     assert found is not None and found.key == entry.key, (fmt, found and found.key)
     assert found.source == entry.former_source
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [
+            "[W reducer.cpp:1303] Warning: find_unused_parameters=True was specified in DDP "
+            "constructor, but did not find any unused parameters in the forward pass. This flag "
+            "results in an extra traversal of the autograd graph every iteration,  which can "
+            "adversely affect performance. (function operator())"
+        ],
+        # torch 1.x, as a terminal wraps it
+        [
+            "[W reducer.cpp:1050] Warning: find_unused_parameters=True was specified in DDP "
+            "constructor, but did not find any unused parameters. This flag results in an",
+            "extra traversal of the autograd graph every iteration, which can adversely affect",
+        ],
+    ],
+    ids=["torch-2", "torch-1"],
+)
+def test_ddps_unused_parameters_hint_is_read_as_a_working_ddp_not_refused(lines):
+    # A log that holds only this hint holds PyTorch distributed output: the doctor reads it
+    # (no refusal), finds no failure, and says nothing shows the job finished.
+    findings = analysis.diagnose([memory_stream("log", lines)], Expectation()).findings
+    assert {f.rule for f in findings} == {"outcome-unproven"}
+    assert all(f.severity == "warning" for f in findings)
