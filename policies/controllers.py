@@ -21,7 +21,7 @@ from trainops.policy import Context, Violation, resource_rule
 from trainops.policy.pods import dicts, is_int, mapping
 from trainops.policy.trainjob import TRAINER_STEP_LABEL
 
-from . import common
+from . import common, volcano
 
 TRAINER_CONTAINERS = ("node", "dataset-initializer", "model-initializer")
 GANG_SCHEDULERS = ("volcano", "scheduler-plugins-scheduler", "kube-batch")
@@ -388,12 +388,10 @@ def volcano_job_policies(doc: Document, ctx: Context) -> Iterator[Violation]:
 
 
 def _plugin_args(plugins: dict[str, Any], name: str) -> dict[str, str]:
-    out = {}
-    for arg in plugins.get(name) or []:
-        key, sep, value = str(arg).partition("=")
-        if sep:
-            out[key.lstrip("-")] = value
-    return out
+    """The flag values a job plugin parses from its arguments, `--k=v` and `--k v` alike, as
+    Go's FlagSet does (up to the first argument it stops at)."""
+    words = [str(arg) for arg in plugins.get(name) or []]
+    return volcano.go_flags(words, volcano.PLUGIN_FLAGS.get(name, {}))[0]
 
 
 @resource_rule(

@@ -6,7 +6,8 @@ Trainer's sync of it) when the config file is a ConfigMap of the render.
 Facts from Megatron-LM core_v0.19.0 (`megatron/training/arguments.py`,
 `megatron/core/transformer/transformer_config.py`, `megatron/core/parallel_state.py`,
 `megatron/core/num_microbatches_calculator.py`), DeepSpeed v0.19.5
-(`deepspeed/runtime/config.py`, `deepspeed/runtime/zero/config.py`) and transformers
+(`deepspeed/runtime/config.py`, `deepspeed/runtime/zero/config.py` and the ZeRO optimizers'
+checks in `stage_1_and_2.py` and `stage3.py`) and transformers
 v4.57.1 (`integrations/deepspeed.py`); each rule's source names the lines.
 """
 
@@ -1005,6 +1006,30 @@ def _zero_problems(zero: dict[str, Any], stage: Any) -> Iterator[str]:
         )
 
 
+COMMUNICATION_TYPES = ("fp32", "fp16", "bf16")  # config.py get_communication_data_type
+
+
+def _gradient_problems(config: dict[str, Any], zero: dict[str, Any], stage: Any) -> Iterator[str]:
+    """What DeepSpeed's config and its ZeRO-2/3 optimizers refuse about gradient reduction."""
+    for key in ("communication_data_type", "seq_parallel_communication_data_type"):
+        kind = config.get(key)
+        if isinstance(kind, str) and kind != "auto" and kind.lower() not in COMMUNICATION_TYPES:
+            yield f"{key} {kind!r} is not one of {', '.join(COMMUNICATION_TYPES)}"
+    if _number(stage) not in (2, 3) or zero.get("reduce_scatter", True) is not True:
+        return
+    if config.get("prescale_gradients") is True:
+        yield (
+            f"prescale_gradients true in ZeRO stage {stage} with reduce_scatter: DeepSpeed "
+            "asserts pre-scaling is not supported there"
+        )
+    factor = config.get("gradient_predivide_factor")
+    if isinstance(factor, int | float) and not isinstance(factor, bool) and factor != 1.0:
+        yield (
+            f"gradient_predivide_factor {factor} in ZeRO stage {stage} with reduce_scatter: "
+            "DeepSpeed asserts it is 1.0"
+        )
+
+
 TAG_VALIDATION_MODES = ("WARN", "IGNORE", "FAIL")  # runtime/constants.py, upper-cased
 WRITER_TYPES = ("MOCK", "PYTHON", "FAST")  # model_checkpointing/constants.py
 
@@ -1049,6 +1074,10 @@ def _runtime_problems(config: dict[str, Any]) -> Iterator[str]:
         DEEPSPEED_TAG + "deepspeed/elasticity/config.py#L77-L85",
         DEEPSPEED_CONFIG + "#L630-L638",
         DEEPSPEED_TAG + "deepspeed/runtime/model_checkpointing/config.py#L22-L56",
+        DEEPSPEED_CONFIG + "#L209-L223",
+        DEEPSPEED_TAG + "deepspeed/runtime/engine.py#L1381-L1385",
+        DEEPSPEED_TAG + "deepspeed/runtime/zero/stage_1_and_2.py#L304-L308",
+        DEEPSPEED_TAG + "deepspeed/runtime/zero/stage3.py#L385-L389",
     ),
     when={
         "error": "a ZeRO stage other than 0-3, fp16 and bf16 both enabled, a key the ZeRO "
@@ -1056,7 +1085,10 @@ def _runtime_problems(config: dict[str, Any]) -> Iterator[str]:
         "partial optimizer offload (ratio below 1) before stage 3, an fp16.loss_scale that is "
         "not a number >= 0, enabled elasticity with min_gpus above max_gpus (or either below "
         "1), a checkpoint tag_validation other than Warn/Ignore/Fail or a checkpoint writer "
-        "type other than mock/python/fast: DeepSpeed refuses the config",
+        "type other than mock/python/fast, a communication_data_type other than fp32/fp16/bf16, "
+        "or prescale_gradients or a gradient_predivide_factor other than 1.0 in ZeRO "
+        "stage 2 or 3 with reduce_scatter (the default): DeepSpeed refuses the config or "
+        "its ZeRO optimizer asserts",
         "warning": "offload_param below stage 3: DeepSpeed ignores it",
     },
     title="A DeepSpeed config names a ZeRO stage, precision and offload it supports",
@@ -1065,13 +1097,17 @@ def _runtime_problems(config: dict[str, Any]) -> Iterator[str]:
     "misspelt key is a validation error at deepspeed.initialize, not ignored), accepts the "
     "offload devices none, cpu and nvme in lower case, asserts that a partial optimizer "
     "offload (ratio below 1) runs in stage 3, refuses an fp16.loss_scale that is not a "
-    "number, elastic bounds that cross and checkpoint modes it does not know, and offloads "
+    "number, elastic bounds that cross, checkpoint modes and communication data types it "
+    "does not know; its ZeRO-2 and ZeRO-3 optimizers assert, with reduce_scatter on (the "
+    "default), that gradients are not pre-scaled and gradient_predivide_factor is 1.0; and "
+    "it offloads "
     "parameters (offload_param) only "
     "in stage 3: in "
     "stages 1 and 2 the section is ignored and the parameters stay on the GPU the run was "
     "sized to free.",
     fix="Use zero_optimization.stage 0-3, enable one of fp16/bf16, and offload parameters "
-    "only with stage 3 (offload_optimizer works from stage 1).",
+    "only with stage 3 (offload_optimizer works from stage 1); under ZeRO 2/3 leave "
+    "prescale_gradients false and gradient_predivide_factor 1.0.",
     applies=common.trains,
 )
 def deepspeed_config_values(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
@@ -1091,6 +1127,8 @@ def deepspeed_config_values(pod: PodTemplate, ctx: Context) -> Iterator[Violatio
         if len(enabled) == 2:
             yield Violation(f"{found.where}: fp16 and bf16 both enabled", at)
         for problem in _runtime_problems(found.config):
+            yield Violation(f"{found.where}: {problem}", at)
+        for problem in _gradient_problems(found.config, zero, stage):
             yield Violation(f"{found.where}: {problem}", at)
         offload = mapping(zero.get("offload_param"))
         if _number(stage) in (0, 1, 2) and offload.get("device") not in (None, "none"):

@@ -1,8 +1,10 @@
-"""Launcher command lines other than torchrun's against the job's shape: `accelerate launch`,
-the DeepSpeed launcher and Open MPI's mpirun, and what the MPI operators expect of the
-containers they start ranks in.
+"""Launcher command lines other than torchrun's against the job's shape: `accelerate launch`
+(and the config file it reads), horovodrun, the DeepSpeed launcher and Open MPI's mpirun,
+and what the MPI operators expect of the containers they start ranks in.
 
-Facts from accelerate v1.13.0 (`commands/launch.py`, `utils/launch.py`), DeepSpeed
+Facts from accelerate v1.13.0 (`commands/launch.py`, `utils/launch.py`) and v1.14.0 (the
+config file: `commands/config/config_args.py`, the FSDP plugin's checks in
+`utils/dataclasses.py`), Horovod v0.28.1 (`horovod/runner`: horovodrun), DeepSpeed
 v0.19.5 (`launcher/runner.py`), Open MPI v4.1.8 (`orte/orted/orted_submit.c`), the
 Training Operator v1.9.2 MPIJob controller (`pkg/controller.v1/mpi`) and the MPI
 Operator v0.8.0 API (`pkg/apis/kubeflow/v2beta1`); each rule's why names its source.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from trainops.model import ERROR, WARNING, Document
@@ -125,14 +128,32 @@ def accelerate_shape(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
         pods = _pods_running(pod, ctx, "accelerate", "launch")
         if pods is None or pods < 2:
             continue
-        yield from _accelerate_multinode(pod, container, words, pods, at)
+        config = _local_config(pod, ctx, index)
+        yield from _accelerate_multinode(pod, container, words, pods, at, config)
+
+
+def _setting(
+    words: list[str], name: str, config: AccelerateConfig | None
+) -> tuple[str | None, str]:
+    """A launch setting from the command line, else from the config file accelerate reads,
+    and how to name it ('--name value', or 'name: value in <ConfigMap>')."""
+    value = _flag(words, f"--{name}")
+    if value is not None or config is None or config.config.get(name) is None:
+        return value, f"--{name} {value}"
+    value = str(config.config[name])
+    return value, f"{name}: {value} in {config.where}"
 
 
 def _accelerate_multinode(
-    pod: PodTemplate, container: dict[str, Any], words: list[str], pods: int, at: tuple
+    pod: PodTemplate,
+    container: dict[str, Any],
+    words: list[str],
+    pods: int,
+    at: tuple,
+    config: AccelerateConfig | None = None,
 ) -> Iterator[Violation]:
-    configured = _has(words, "--config_file")
-    machines_text = _flag(words, "--num_machines")
+    configured = _has(words, "--config_file") or config is not None
+    machines_text, said = _setting(words, "num_machines", config)
     machines = _literal_int(machines_text)
     if machines_text is None:
         if not configured:
@@ -142,26 +163,35 @@ def _accelerate_multinode(
                 at,
                 severity=WARNING,
             )
+        elif config is not None:
+            yield Violation(
+                f"{pods} pods run accelerate launch and neither --num_machines nor "
+                f"{config.where} sets num_machines (default 1): each pod trains its own copy",
+                at,
+                severity=WARNING,
+            )
         return
     if machines is not None and machines != pods:
-        yield Violation(f"--num_machines {machines}, but {pods} pods run accelerate launch", at)
+        yield Violation(f"{said}, but {pods} pods run accelerate launch", at)
     if machines is not None and machines < 2:
         return
-    rank = _flag(words, "--machine_rank")
+    rank, said = _setting(words, "machine_rank", config)
+    backend = _setting(words, "rdzv_backend", config)[0] or "static"
+    if not said.startswith("--") and backend != "static":
+        rank = None  # torchrun's dynamic rendezvous assigns the node ranks itself
     if _literal_int(rank) is not None and (pod.replicas or 1) > 1:
         yield Violation(
-            f"--machine_rank {rank} in a template {pod.replicas} pods share: every one "
-            "claims that rank",
+            f"{said}, in a template {pod.replicas} pods share: every one claims that rank",
             at,
         )
-    address = _flag(words, "--main_process_ip")
-    if address is None and not configured:
+    address, said = _setting(words, "main_process_ip", config)
+    if address is None and (not configured or config is not None):
         yield Violation(
             "--num_machines > 1 without --main_process_ip: no pod knows where rank 0 is", at
         )
     elif address is not None and address.split(":")[0] in LOOPBACK:
-        yield Violation(f"--main_process_ip {address} points every pod at itself", at)
-    total = _literal_int(_flag(words, "--num_processes"))
+        yield Violation(f"{said} points every pod at itself", at)
+    total = _literal_int(_setting(words, "num_processes", config)[0])
     if total is not None and machines and pod.gpus:
         per_pod = total // machines
         if per_pod != pod.gpus:
@@ -195,16 +225,7 @@ def accelerate_launch_flags(pod: PodTemplate, ctx: Context) -> Iterator[Violatio
         if words is None:
             continue
         at = commandline_at(pod, index, container)
-        script = next(
-            (
-                i
-                for i, w in enumerate(words)
-                if not w.startswith("-")
-                and (w.endswith(".py") or (i > 0 and words[i - 1] in ("-m", "--module")))
-            ),
-            len(words),
-        )
-        own = words[:script]  # the script's own flags come after it
+        own = _accelerate_own(words)  # the script's own flags come after it
         modes = [mode for mode in ACCELERATE_MODES if _has(own, mode)]
         if len(modes) > 1:
             yield Violation(f"{' and '.join(modes)} together: accelerate raises ValueError", at)
@@ -682,3 +703,560 @@ def _deepspeed_own(words: list[str]) -> list[str]:
         (i for i, w in enumerate(words) if w.endswith(".py") and not w.startswith("-")), None
     )
     return words if script is None else words[:script]
+
+
+# -- accelerate's config file (accelerate launch --config_file, or the default path) ----------
+
+ACCELERATE_TAG = "https://github.com/huggingface/accelerate/blob/v1.14.0/src/accelerate/"
+ACCELERATE_CONFIG_ARGS = ACCELERATE_TAG + "commands/config/config_args.py"
+ACCELERATE_LAUNCH = ACCELERATE_TAG + "commands/launch.py"
+ACCELERATE_UTILS_LAUNCH = ACCELERATE_TAG + "utils/launch.py"
+ACCELERATE_DATACLASSES = ACCELERATE_TAG + "utils/dataclasses.py"
+# ClusterConfig's fields (config_args.py): from_yaml_file/from_json_file raise on any other
+# key, after process_config has rewritten the old fp16 and dynamo_backend keys.
+ACCELERATE_CONFIG_KEYS = frozenset(
+    "compute_environment distributed_type mixed_precision use_cpu debug num_processes "
+    "machine_rank num_machines gpu_ids main_process_ip main_process_port rdzv_backend "
+    "same_network main_training_function enable_cpu_affinity fp8_config deepspeed_config "
+    "fsdp_config parallelism_config megatron_lm_config mpirun_config downcast_bf16 tpu_name "
+    "tpu_zone tpu_use_cluster tpu_use_sudo command_file commands tpu_vm tpu_env "
+    "dynamo_config fp16 dynamo_backend".split()
+)
+COMPUTE_ENVIRONMENTS = ("LOCAL_MACHINE", "AMAZON_SAGEMAKER")
+DISTRIBUTED_TYPES = (
+    "NO MULTI_CPU MULTI_GPU MULTI_NPU MULTI_MLU MULTI_SDAA MULTI_MUSA MULTI_XPU DEEPSPEED "
+    "FSDP XLA MEGATRON_LM MULTI_HPU MULTI_NEURON"
+).split()
+MULTI_DEVICE = {t for t in DISTRIBUTED_TYPES if t.startswith("MULTI_") and t != "MULTI_CPU"}
+# utils/constants.py, and the torch enums accelerate indexes with them (digits allowed).
+FSDP_SHARDING_STRATEGY = (
+    "FULL_SHARD",
+    "SHARD_GRAD_OP",
+    "NO_SHARD",
+    "HYBRID_SHARD",
+    "HYBRID_SHARD_ZERO2",
+)
+FSDP_AUTO_WRAP_POLICY = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
+FSDP_BACKWARD_PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")
+FSDP_STATE_DICT_TYPE = ("FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT")
+TRUTH_VALUES = ("y", "yes", "t", "true", "on", "1", "n", "no", "f", "false", "off", "0")
+DEFAULT_CONFIG = "huggingface/accelerate/default_config.yaml"
+
+
+def _accelerate_own(words: list[str]) -> list[str]:
+    """accelerate launch's own flags: the words before the training script (a .py file, or
+    the module after -m/--module); the script's flags come after it."""
+    script = next(
+        (
+            i
+            for i, w in enumerate(words)
+            if not w.startswith("-")
+            and (w.endswith(".py") or (i > 0 and words[i - 1] in ("-m", "--module")))
+        ),
+        len(words),
+    )
+    return words[:script]
+
+
+def _templated(value: Any) -> bool:
+    return isinstance(value, str) and ("$" in value or "{{" in value)
+
+
+def _default_config_path(container: dict[str, Any]) -> str | None:
+    """Where accelerate looks for its default config (config_args.py: $HF_HOME/accelerate,
+    else $XDG_CACHE_HOME/huggingface/accelerate, else ~/.cache/huggingface/accelerate)."""
+    env = env_of(container)
+    for name, suffix in (
+        ("HF_HOME", "accelerate/default_config.yaml"),
+        ("XDG_CACHE_HOME", DEFAULT_CONFIG),
+    ):
+        if name in env:
+            value = env[name]
+            if value is None or _templated(value) or not value.startswith("/"):
+                return None
+            return f"{value.rstrip('/')}/{suffix}"
+    home = env.get("HOME", "/root")
+    if home is None or _templated(home) or not home.startswith("/"):
+        return None
+    return f"{home.rstrip('/')}/.cache/{DEFAULT_CONFIG}"
+
+
+@dataclass(frozen=True)
+class AccelerateConfig:
+    """The config file an `accelerate launch` reads, when a ConfigMap of the render holds it."""
+
+    index: int
+    container: dict[str, Any]
+    own: list[str]  # accelerate launch's own words
+    path: str
+    where: str
+    config: dict[str, Any] | None  # None: the ConfigMap has no such file
+    explicit: bool  # named with --config_file (else the default path)
+
+
+def _parse_config(path: str, text: str) -> Any:
+    import json
+
+    import yaml
+
+    try:
+        return json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError):
+        return None
+
+
+def accelerate_configs(pod: PodTemplate, ctx: Context) -> list[AccelerateConfig]:
+    from .frameworks import _configmap_file  # frameworks imports this module
+
+    def compute() -> list[AccelerateConfig]:
+        found = []
+        for index, container in enumerate(pod.containers):
+            words = _subcommand(commandline.words(container), "accelerate", "launch")
+            if words is None:
+                continue
+            own = _accelerate_own(words)
+            path = _flag(own, "--config_file")
+            explicit = path is not None
+            if path is None:
+                if _has(own, "--cpu") or not any(w.startswith("-") for w in own):
+                    continue  # not read with --cpu; without any flag its dicts are not applied
+                path = _default_config_path(container)
+            if path is None or _templated(path) or not path.startswith("/"):
+                continue
+            file = _configmap_file(pod, ctx, container, path)
+            if file is None:
+                continue
+            text, where = file
+            if text is None:
+                if explicit:
+                    found.append(AccelerateConfig(index, container, own, path, where, None, True))
+                continue
+            config = _parse_config(path, text)
+            if isinstance(config, dict):
+                found.append(AccelerateConfig(index, container, own, path, where, config, explicit))
+        return found
+
+    return pod.memo("accelerate-configs", compute)
+
+
+def _local_config(pod: PodTemplate, ctx: Context, index: int) -> AccelerateConfig | None:
+    """The parsed LOCAL_MACHINE config container `index`'s accelerate launch reads."""
+    for found in accelerate_configs(pod, ctx):
+        if found.index == index and found.config is not None:
+            environment = found.config.get("compute_environment", "LOCAL_MACHINE")
+            return found if environment == "LOCAL_MACHINE" else None
+    return None
+
+
+def _fsdp_settings(found: AccelerateConfig) -> dict[str, Any]:
+    """fsdp_config as accelerate copies it onto its arguments (each key prefixed fsdp_),
+    less the keys the command line gives itself."""
+    fsdp = found.config.get("fsdp_config") if found.config else None
+    settings = {}
+    for key, value in fsdp.items() if isinstance(fsdp, dict) else ():
+        name = str(key) if str(key).startswith("fsdp") else f"fsdp_{key}"
+        if not _has(found.own, f"--{name}"):
+            settings[name] = value
+    for flag in ("--fsdp_version", "--fsdp_state_dict_type", "--fsdp_auto_wrap_policy"):
+        value = _flag(found.own, flag)
+        if value is not None:
+            settings[flag[2:]] = value
+    return settings
+
+
+def _enum_problem(name: str, value: Any, known: tuple[str, ...], digits: range) -> str | None:
+    if value is None or _templated(value) or isinstance(value, bool):
+        return None
+    text = str(value)
+    if text.isdigit():
+        return None if int(text) in digits else f"{name} {text} is not one of {', '.join(known)}"
+    if text.upper() in known:
+        return None
+    return f"{name} {text!r} is not one of {', '.join(known)}"
+
+
+def _fsdp_problems(found: AccelerateConfig) -> Iterator[str]:
+    settings = _fsdp_settings(found)
+    version = str(settings.get("fsdp_version", "1"))
+    policy = settings.get("fsdp_auto_wrap_policy")
+    if (
+        isinstance(policy, str)
+        and not _templated(policy)
+        and policy.upper() not in FSDP_AUTO_WRAP_POLICY
+    ):
+        yield f"fsdp_auto_wrap_policy {policy!r} is not one of {', '.join(FSDP_AUTO_WRAP_POLICY)}"
+    state = settings.get("fsdp_state_dict_type")
+    problem = _enum_problem("fsdp_state_dict_type", state, FSDP_STATE_DICT_TYPE, range(1, 4))
+    if problem:
+        yield problem
+    elif version == "2" and str(state).upper() in ("LOCAL_STATE_DICT", "2"):
+        yield "fsdp_state_dict_type LOCAL_STATE_DICT with fsdp_version 2: FSDP2 does not support it"
+    prefetch = settings.get("fsdp_backward_prefetch")
+    problem = _enum_problem("fsdp_backward_prefetch", prefetch, FSDP_BACKWARD_PREFETCH, range(1, 3))
+    if problem:
+        yield problem
+    reshard = settings.get("fsdp_reshard_after_forward")
+    if (
+        version == "2"
+        and reshard is not None
+        and not _templated(reshard)
+        and str(reshard).lower() not in TRUTH_VALUES
+    ):
+        yield (
+            f"fsdp_reshard_after_forward {reshard!r} with fsdp_version 2: FSDP2 takes a "
+            "boolean (FULL_SHARD/SHARD_GRAD_OP are FSDP1 strategies)"
+        )
+    if version == "1":
+        problem = _enum_problem(
+            "fsdp_sharding_strategy",
+            settings.get("fsdp_sharding_strategy"),
+            FSDP_SHARDING_STRATEGY,
+            range(1, 6),
+        )
+        if problem:
+            yield problem
+    sync = settings.get("fsdp_sync_module_states", "true")
+    loading = settings.get("fsdp_cpu_ram_efficient_loading", "true")
+    if sync is False and loading and not _templated(loading):
+        yield (
+            "fsdp_cpu_ram_efficient_loading with fsdp_sync_module_states false: accelerate "
+            "launch raises that it needs sync_module_states"
+        )
+
+
+def _uses_fsdp(found: AccelerateConfig, distributed: Any) -> bool:
+    if _has(found.own, "--use_fsdp"):
+        return True
+    modes = (*ACCELERATE_MODES, "--use_megatron_lm", "--tpu_use_cluster")
+    return distributed == "FSDP" and not any(_has(found.own, mode) for mode in modes)
+
+
+def _accelerate_config_problems(found: AccelerateConfig) -> Iterator[str]:
+    config = found.config
+    environment = config.get("compute_environment", "LOCAL_MACHINE")
+    if isinstance(environment, str) and environment not in COMPUTE_ENVIRONMENTS:
+        yield f"compute_environment {environment!r} is not one of {', '.join(COMPUTE_ENVIRONMENTS)}"
+        return
+    if environment != "LOCAL_MACHINE":
+        return  # a SageMaker config (other keys), or a value the enum never sees
+    distributed = config.get("distributed_type")
+    if "distributed_type" not in config:
+        yield "no distributed_type: accelerate raises that the config must name one"
+        return
+    if not isinstance(distributed, str):
+        return  # YAML's unquoted NO is false: accelerate compares it, never converts it
+    if distributed not in DISTRIBUTED_TYPES:
+        yield f"distributed_type {distributed!r} is not one of {', '.join(DISTRIBUTED_TYPES)}"
+        return
+    unknown = sorted(str(k) for k in config if str(k) not in ACCELERATE_CONFIG_KEYS)
+    if unknown:
+        yield f"unknown keys {', '.join(unknown)}: accelerate raises on keys ClusterConfig lacks"
+    precision = config.get("mixed_precision")
+    if precision is not None and not _has(found.own, "--mixed_precision"):
+        if isinstance(precision, bool):
+            yield (
+                f"mixed_precision {str(precision).lower()} (YAML reads an unquoted no as a "
+                "boolean): accelerate calls .lower() on it and fails; quote it: 'no'"
+            )
+        elif isinstance(precision, str) and precision.lower() not in MIXED_PRECISION:
+            yield f"mixed_precision {precision!r} is not one of {', '.join(MIXED_PRECISION)}"
+    processes = config.get("num_processes", 1 if distributed == "NO" else -1)
+    if processes == -1 and not _has(found.own, "--num_processes"):
+        yield (
+            f"distributed_type {distributed} without num_processes and no --num_processes: "
+            "accelerate raises 'You need to manually pass in --num_processes'"
+        )
+    yield from _gpu_ids_problem(found, distributed)
+    if _uses_fsdp(found, distributed):
+        yield from _fsdp_problems(found)
+
+
+def _gpu_ids_problem(found: AccelerateConfig, distributed: Any) -> Iterator[str]:
+    modes = (*ACCELERATE_MODES, "--use_megatron_lm", "--tpu_use_cluster")
+    multi = _has(found.own, "--multi_gpu") or (
+        distributed in MULTI_DEVICE and not any(_has(found.own, mode) for mode in modes)
+    )
+    ids = _flag(found.own, "--gpu_ids")
+    ids = found.config.get("gpu_ids") if ids is None else ids
+    machines = _flag(found.own, "--num_machines")
+    machines = found.config.get("num_machines", 1) if machines is None else machines
+    if not multi or not isinstance(ids, str) or _templated(ids) or ids == "all":
+        return
+    if len(ids.split(",")) < 2 and str(machines).isdigit() and int(str(machines)) <= 1:
+        yield (
+            f"gpu_ids {ids!r} names fewer than two GPUs for multi-GPU training: accelerate "
+            "raises (use 'all' or two or more ids)"
+        )
+
+
+@pod_rule(
+    id="accelerate-config-file",
+    severity=ERROR,
+    source=(
+        ACCELERATE_CONFIG_ARGS + "#L43-L51",
+        ACCELERATE_CONFIG_ARGS + "#L103-L110",
+        ACCELERATE_CONFIG_ARGS + "#L148-L173",
+        ACCELERATE_LAUNCH + "#L1212-L1213",
+        ACCELERATE_LAUNCH + "#L1252-L1256",
+        ACCELERATE_LAUNCH + "#L1281-L1300",
+        ACCELERATE_UTILS_LAUNCH + "#L278-L282",
+        ACCELERATE_UTILS_LAUNCH + "#L304-L307",
+        ACCELERATE_DATACLASSES + "#L1836-L1870",
+        ACCELERATE_DATACLASSES + "#L1886-L1905",
+        ACCELERATE_DATACLASSES + "#L2029-L2054",
+    ),
+    title="The accelerate config file a launch reads is one accelerate accepts",
+    why="accelerate launch reads the file named by --config_file (FileNotFoundError when it "
+    "is not there) or, unless --cpu, the default config under $HF_HOME/accelerate. "
+    "load_config_from_file raises ValueError when distributed_type is missing, when "
+    "compute_environment or distributed_type is not one of its enums, and on any key "
+    "ClusterConfig does not define; the launcher raises when a distributed config gives no "
+    "num_processes and the command line none either, when gpu_ids names one GPU for "
+    "multi-GPU training, and on a mixed_precision other than no/fp16/bf16/fp8 (an unquoted "
+    "YAML no is the boolean false, on which it calls .lower()). The fsdp_config keys become "
+    "FSDP_* variables that FullyShardedDataParallelPlugin validates in every rank: an "
+    "auto_wrap_policy, state_dict_type, backward_prefetch or sharding_strategy it does not "
+    "know, LOCAL_STATE_DICT or a non-boolean reshard_after_forward with fsdp_version 2, and "
+    "cpu_ram_efficient_loading with sync_module_states false all raise before training.",
+    fix="Write the config with `accelerate config` (or its keys exactly), quote 'no', give "
+    "num_processes (the total over all machines), and under fsdp_version 2 use "
+    "fsdp_reshard_after_forward: true/false and SHARDED_STATE_DICT or FULL_STATE_DICT.",
+    applies=common.trains,
+)
+def accelerate_config_file(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for found in accelerate_configs(pod, ctx):
+        at = commandline_at(pod, found.index, found.container)
+        if found.config is None:
+            yield Violation(
+                f"--config_file {found.path} is not in {found.where}: accelerate raises "
+                "FileNotFoundError",
+                at,
+            )
+            continue
+        for problem in _accelerate_config_problems(found):
+            yield Violation(f"{found.where}: {problem}", at)
+
+
+# -- horovodrun -------------------------------------------------------------------------------
+
+HOROVOD_TAG = "https://github.com/horovod/horovod/blob/v0.28.1/horovod/runner/"
+# horovodrun's options that take no value (launch.py parse_args: store_true, the override
+# bool actions, -cb and -v); every other option takes one (--blacklist-cooldown-range two).
+HOROVOD_SWITCHES = frozenset(
+    "-v --version -cb --check-build --disable-cache --verbose --hierarchical-allreduce "
+    "--no-hierarchical-allreduce --hierarchical-allgather --no-hierarchical-allgather "
+    "--torus-allreduce --no-torus-allreduce --autotune --no-autotune --timeline-mark-cycles "
+    "--no-timeline-mark-cycles --no-stall-check --stall-check --mpi-threads-disable "
+    "--no-mpi-threads-disable --tcp --log-with-timestamp --log-without-timestamp "
+    "-prefix-timestamp --prefix-output-with-timestamp --log-hide-timestamp "
+    "--no-log-hide-timestamp --gloo --mpi --jsrun -h --help".split()
+)
+HOROVOD_NP = ("-np", "--num-proc")
+HOROVOD_HOST_PATTERN = re.compile(r"^[\w.-]+:[0-9]+$")  # hosts.py parse_hosts_and_slots
+# Settings validate_config_args refuses below 0, by command-line flag and config-file place.
+HOROVOD_NONNEGATIVE = {
+    "--fusion-threshold-mb": ("params", "fusion_threshold_mb"),
+    "--cycle-time-ms": ("params", "cycle_time_ms"),
+    "--cache-capacity": ("params", "cache_capacity"),
+    "--autotune-warmup-samples": ("autotune", "warmup_samples"),
+    "--autotune-steps-per-sample": ("autotune", "steps_per_sample"),
+    "--autotune-bayes-opt-max-samples": ("autotune", "bayes_opt_max_samples"),
+    "--stall-check-warning-time-seconds": ("stall_check", "warning_time_seconds"),
+    "--stall-check-shutdown-time-seconds": ("stall_check", "shutdown_time_seconds"),
+    "--num-nccl-streams": ("library_options", "num_nccl_streams"),
+    "--thread-affinity": ("library_options", "thread_affinity"),
+    "--gloo-timeout-seconds": ("library_options", "gloo_timeout_seconds"),
+}
+HOROVOD_NOISE = ("--autotune-gaussian-process-noise", ("autotune", "gaussian_process_noise"))
+
+
+def horovodrun_own(words: list[str]) -> list[str]:
+    """horovodrun's own words: its options and their values, up to the training command
+    (argparse REMAINDER: the first word that is neither an option nor an option's value)."""
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if not word.startswith("-"):
+            break
+        if "=" in word or word in HOROVOD_SWITCHES:
+            index += 1
+        elif word == "--blacklist-cooldown-range":
+            index += 3
+        else:
+            index += 2
+    return words[: min(index, len(words))]
+
+
+def _horovod_value(own: list[str], *names: str) -> str | None:
+    value, _ = commandline.flag(own, *names)
+    return value
+
+
+def _number_text(value: Any) -> float | None:
+    try:
+        return None if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _horovod_hosts(own: list[str]) -> tuple[list[str] | None, str | None]:
+    """The -H entries (None when not given literally) and the first malformed one."""
+    hosts = _horovod_value(own, "-H", "--hosts")
+    if hosts is None or _templated(hosts):
+        return None, None
+    entries = hosts.split(",")
+    bad = next((e for e in entries if not HOROVOD_HOST_PATTERN.match(e.strip())), None)
+    return entries, bad
+
+
+def _horovod_config(
+    pod: PodTemplate, ctx: Context, container: dict[str, Any], own: list[str]
+) -> Iterator[str]:
+    """What horovodrun refuses in the --config-file it is given, when a ConfigMap holds it."""
+    from .frameworks import _configmap_file  # frameworks imports this module
+
+    path = _horovod_value(own, "--config-file")
+    if path is None or _templated(path) or not path.startswith("/"):
+        return
+    file = _configmap_file(pod, ctx, container, path)
+    if file is None:
+        return
+    text, where = file
+    if text is None:
+        yield f"--config-file {path} is not in {where}: horovodrun cannot open it"
+        return
+    config = _parse_config(path, text)
+    if not isinstance(config, dict):
+        return
+    controller = config.get("controller")
+    given = _has(own, "--gloo") or _has(own, "--mpi")
+    known = ("gloo", "mpi")
+    if isinstance(controller, str) and controller and not given and controller.lower() not in known:
+        yield f"{where}: controller {controller!r}: horovodrun supports gloo or mpi"
+    for flag, (section, key) in (*HOROVOD_NONNEGATIVE.items(), HOROVOD_NOISE):
+        if _has(own, flag):
+            continue
+        value = _number_text(mapping(config.get(section)).get(key))
+        if value is None:
+            continue
+        if value < 0 or (flag == HOROVOD_NOISE[0] and value > 1):
+            bound = "in [0, 1]" if flag == HOROVOD_NOISE[0] else ">= 0"
+            yield f"{where}: {section}.{key} {value:g} must be {bound}"
+
+
+def _gives_np(word: str) -> bool:
+    name = word.split("=", 1)[0]
+    return name == "-np" or (len(name) >= 7 and "--num-proc".startswith(name))
+
+
+def _horovod_problems(own: list[str]) -> Iterator[str]:
+    if not any(_gives_np(word) for word in own):
+        yield "no -np/--num-proc: horovodrun's parser requires it and exits"
+    sources = [n for n in ("-H", "--hostfile", "--host-discovery-script") if _has(own, n)]
+    if _has(own, "--hosts") and "-H" not in sources:
+        sources.insert(0, "--hosts")
+    if _has(own, "-hostfile") and "--hostfile" not in sources:
+        sources.append("-hostfile")
+    if len(sources) > 1:
+        yield f"{' and '.join(sources)} together: horovodrun takes one of them"
+    controllers = [n for n in ("--gloo", "--mpi", "--jsrun") if n in own]
+    if len(controllers) > 1:
+        yield f"{' and '.join(controllers)} together: horovodrun takes one controller"
+    for flag in (*HOROVOD_NONNEGATIVE, HOROVOD_NOISE[0]):
+        value = _number_text(_horovod_value(own, flag))
+        if value is not None and (value < 0 or (flag == HOROVOD_NOISE[0] and value > 1)):
+            yield f"{flag} {value:g} must be {'in [0, 1]' if flag == HOROVOD_NOISE[0] else '>= 0'}"
+    entries, bad = _horovod_hosts(own)
+    if bad is not None:
+        yield (
+            f"-H entry {bad!r} has no :slots: horovodrun raises 'Invalid host input' "
+            "(write host:slots, e.g. worker-0:8)"
+        )
+        return
+    np_text = _horovod_value(own, *HOROVOD_NP)
+    processes = int(np_text) if np_text is not None and np_text.isdigit() else None
+    elastic = _has(own, "--min-np") or _has(own, "--min-num-proc")
+    elastic = elastic or _has(own, "--host-discovery-script")
+    if elastic and not _has(own, "--host-discovery-script"):
+        hosts = None if entries is None else len({e.split(":")[0].strip() for e in entries})
+        located = any(_has(own, n) for n in ("-H", "--hosts", "--hostfile", "-hostfile"))
+        if not located:
+            hosts = 1  # horovodrun runs on localhost:<np>
+        if hosts is not None and hosts < 2:
+            yield (
+                f"elastic mode (--min-np) on {hosts} host: horovodrun raises 'Cannot run in "
+                "fault tolerance mode with fewer than 2 hosts'"
+            )
+    if elastic or entries is None or processes is None:
+        return
+    slots = sum(int(e.split(":")[1]) for e in entries)
+    if processes > slots and not any("oversubscribe" in w for w in own):
+        yield (
+            f"-np {processes} but -H offers {slots} slots: horovodrun (and mpirun) refuse "
+            "more processes than slots"
+        )
+
+
+@pod_rule(
+    id="horovodrun-args",
+    severity=ERROR,
+    source=(
+        HOROVOD_TAG + "launch.py#L294-L296",
+        HOROVOD_TAG + "launch.py#L545-L576",
+        HOROVOD_TAG + "launch.py#L581-L586",
+        HOROVOD_TAG + "launch.py#L689-L699",
+        HOROVOD_TAG + "launch.py#L815-L822",
+        HOROVOD_TAG + "common/util/hosts.py#L71-L84",
+        HOROVOD_TAG + "common/util/hosts.py#L132-L135",
+        HOROVOD_TAG + "gloo_run.py#L262-L263",
+        HOROVOD_TAG + "common/util/config_parser.py#L66-L75",
+        HOROVOD_TAG + "common/util/config_parser.py#L126-L149",
+    ),
+    when={
+        "error": "horovodrun's parser or host parsing refuses the command line or its "
+        "--config-file: it exits before any rank starts",
+        "warning": "several pods each run horovodrun on localhost (no -H, --hostfile or "
+        "discovery script): each trains alone",
+    },
+    title="horovodrun gets -np, hosts with slots and settings it accepts",
+    why="horovodrun's parser requires -np/--num-proc and takes only one of -H, --hostfile "
+    "and --host-discovery-script and one of --gloo, --mpi and --jsrun. Every -H entry must "
+    "be host:slots (parse_hosts_and_slots raises 'Invalid host input' on a bare host name), "
+    "and a static run asks for no more processes than the slots listed ('Requested more "
+    "processes than there are available slots'; mpirun refuses too). Elastic mode (--min-np "
+    "without a discovery script) needs two or more hosts, and without -H it runs on "
+    "localhost alone. A --config-file must exist, name controller gloo or mpi, and give no "
+    "negative knob (validate_config_args). Without -H or a hostfile horovodrun starts all "
+    "-np processes on localhost, so in each pod of a multi-pod job the ranks train alone.",
+    fix="Pass -np <total ranks> -H host-0:<GPUs>,host-1:<GPUs> (or --hostfile with 'host "
+    "slots=N' lines, or --host-discovery-script for elastic runs), and run horovodrun once, "
+    "from an MPIJob launcher.",
+    applies=common.trains,
+)
+def horovodrun_args(pod: PodTemplate, ctx: Context) -> Iterator[Violation]:
+    for index, container in enumerate(pod.containers):
+        words = _subcommand(commandline.words(container), "horovodrun", None)
+        if words is None:
+            continue
+        own = horovodrun_own(words)
+        if any(w in own for w in ("-h", "--help", "-v", "--version", "-cb", "--check-build")):
+            continue
+        at = commandline_at(pod, index, container)
+        for problem in _horovod_problems(own):
+            yield Violation(problem, at)
+        for problem in _horovod_config(pod, ctx, container, own):
+            yield Violation(problem, at)
+        located = any(
+            _has(own, n)
+            for n in ("-H", "--hosts", "--hostfile", "-hostfile", "--host-discovery-script")
+        )
+        if located or common.is_mpi_launcher(pod):
+            continue
+        pods = _pods_running(pod, ctx, "horovodrun", None)
+        if pods is not None and pods > 1:
+            yield Violation(
+                f"{pods} pods run horovodrun without -H, --hostfile or a discovery script: "
+                "each starts its -np ranks on localhost and trains alone",
+                at,
+                severity=WARNING,
+            )

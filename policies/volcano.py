@@ -638,3 +638,209 @@ def volcano_ray_plugin(doc: Document, ctx: Context) -> Iterator[Violation]:
                         (*base, "template", "spec", "containers", position, field),
                         severity=WARNING,
                     )
+
+
+PLUGINS_DIR = VOLCANO + "pkg/controllers/job/plugins/"
+# The flags each job plugin's addFlags defines (Go flag.FlagSet, ContinueOnError), by type.
+PLUGIN_FLAGS: dict[str, dict[str, str]] = {
+    "tensorflow": {
+        "ps": "string",
+        "worker": "string",
+        "chief": "string",
+        "evaluator": "string",
+        "port": "int",
+    },
+    "pytorch": {
+        "master": "string",
+        "worker": "string",
+        "port": "int",
+        "wait-master-enabled": "bool",
+        "wait-master-timeout": "int",
+        "wait-master-image": "string",
+    },
+    "mpi": {"master": "string", "worker": "string", "port": "int"},
+    "ssh": {
+        "ssh-key-file-path": "string",
+        "ssh-private-key": "string",
+        "ssh-public-key": "string",
+        "ssh-port": "int",
+    },
+    "svc": {"publish-not-ready-addresses": "bool", "disable-network-policy": "bool"},
+}
+PLUGIN_DEFAULTS: dict[str, dict[str, str]] = {
+    "tensorflow": {"ps": "ps", "worker": "worker", "chief": "chief", "evaluator": "evaluator"},
+    "pytorch": {"master": "master", "worker": "worker"},
+}
+_GO_BOOLS = {"1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false", "False"}
+
+
+def _go_int(text: str) -> bool:
+    """strconv.ParseInt(text, 0, 64) as flag.IntVar uses it (decimal, 0x, 0o, 0b, _)."""
+    try:
+        int(text.replace("_", ""), 0)
+    except ValueError:
+        return False
+    return True
+
+
+def go_flags(words: list[str], types: dict[str, str]) -> tuple[dict[str, str], str | None, int]:
+    """Go's FlagSet.Parse over a plugin's arguments: the values it sets, the problem it
+    stops at ('flag provided but not defined', a bad value, a missing one) or None, and the
+    index where it stopped (a word that is no flag ends the flags silently)."""
+    values: dict[str, str] = {}
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if len(word) < 2 or not word.startswith("-"):
+            return values, None, index
+        name = word[2:] if word.startswith("--") else word[1:]
+        if word == "--":
+            return values, None, index + 1
+        if not name or name.startswith("-") or name.startswith("="):
+            return values, f"bad flag syntax: {word}", index
+        name, sep, value = name.partition("=")
+        kind = types.get(name)
+        if kind is None:
+            return values, f"flag provided but not defined: -{name}", index
+        if kind == "bool":
+            if sep and value not in _GO_BOOLS:
+                return values, f"invalid boolean value {value!r} for -{name}", index
+            values[name] = value if sep else "true"
+            index += 1
+            continue
+        if not sep:
+            if index + 1 >= len(words):
+                return values, f"flag needs an argument: -{name}", index
+            index += 1
+            value = words[index]
+        if kind == "int" and not _go_int(value):
+            return values, f"invalid value {value!r} for flag -{name}", index
+        values[name] = value
+        index += 1
+    return values, None, index
+
+
+@resource_rule(
+    id="volcano-plugin-flags",
+    severity=ERROR,
+    source=(
+        PLUGINS_DIR + "distributed-framework/pytorch/pytorch.go#L74-L97",
+        PLUGINS_DIR + "distributed-framework/tensorflow/tensorflow.go#L59-L68",
+        PLUGINS_DIR + "distributed-framework/tensorflow/tensorflow.go#L137-L167",
+        PLUGINS_DIR + "distributed-framework/mpi/mpi.go#L66-L74",
+        PLUGINS_DIR + "ssh/ssh.go#L56-L61",
+        PLUGINS_DIR + "ssh/ssh.go#L249-L260",
+        PLUGINS_DIR + "svc/svc.go#L62-L72",
+        PLUGINS_DIR + "env/env.go#L35-L39",
+    ),
+    title="A Volcano Job's plugin arguments are flags the plugin parses",
+    why="Each job plugin parses its spec.plugins arguments with Go's flag package "
+    "(ContinueOnError): an unknown flag, a value that is not a number (or boolean) or a flag "
+    "without its value stops the parse with only a log line in the controller, and so does "
+    "the first word that is no flag (a bool flag takes no separate value: "
+    "'--wait-master-enabled true' ends there); every flag from there on keeps its default. "
+    "The env plugin takes no arguments, and the ssh plugin replaces a port outside 1-65535 "
+    "by 22. The pytorch plugin finds the master task by name (master unless --master): "
+    "without it, it adds neither MASTER_ADDR, MASTER_PORT, WORLD_SIZE nor RANK to any pod and "
+    "torch.distributed cannot start. The tensorflow plugin lists only the tasks named ps, "
+    "worker, chief and evaluator (or --ps ...) in TF_CONFIG: a pod of another task gets a "
+    "task type its cluster does not have.",
+    fix="Write each plugin's flags as --name=value with the names its addFlags defines, put "
+    "no other words among them, and name the tasks the plugin looks for (or pass their names).",
+    when={
+        "error": "the pytorch plugin's master task is not in the Job: no pod gets its "
+        "distributed environment",
+        "warning": "arguments the plugin cannot parse or ignores, ports it replaces, tasks the "
+        "tensorflow or pytorch plugin leaves out",
+    },
+    kinds=("Job",),
+    applies=_volcano_job,
+)
+def volcano_plugin_flags(doc: Document, ctx: Context) -> Iterator[Violation]:
+    spec = mapping(doc.obj.get("spec"))
+    plugins = mapping(spec.get("plugins"))
+    names = [str(t.get("name")) for t in dicts(spec.get("tasks"))]
+    for plugin, arguments in plugins.items():
+        if not isinstance(arguments, list):
+            continue
+        words = [str(w) for w in arguments]
+        if any("{{" in w or "$(" in w for w in words):
+            continue
+        at = ("spec", "plugins", plugin)
+        if plugin == "env" and words:
+            yield Violation(
+                f"the env plugin takes no arguments; {' '.join(words)!r} is ignored",
+                at,
+                severity=WARNING,
+            )
+            continue
+        types = PLUGIN_FLAGS.get(plugin)
+        if types is None:
+            continue
+        values, problem, stopped = go_flags(words, types)
+        flags = ", ".join("--" + f for f in types)
+        if problem:
+            yield Violation(
+                f"the {plugin} plugin cannot parse {words[stopped]!r} ({problem}; it has "
+                f"{flags}): it logs the error and keeps the defaults of every flag from there on",
+                at,
+                severity=WARNING,
+            )
+        elif stopped < len(words):
+            yield Violation(
+                f"the {plugin} plugin stops at {words[stopped]!r}, which is no flag: "
+                f"{' '.join(words[stopped:])!r} is ignored and those flags keep their defaults"
+                + (
+                    " (a bool flag takes --name=value)"
+                    if stopped and types.get(words[stopped - 1].lstrip("-")) == "bool"
+                    else ""
+                ),
+                at,
+                severity=WARNING,
+            )
+        if plugin == "ssh" and "ssh-port" in values:
+            port = int(values["ssh-port"].replace("_", ""), 0)
+            if not 0 < port <= 65535:
+                yield Violation(
+                    f"ssh-port {values['ssh-port']} is not a port: the ssh plugin writes port 22 "
+                    "into the ssh config instead",
+                    at,
+                    severity=WARNING,
+                )
+        if plugin not in PLUGIN_DEFAULTS or not names:
+            continue
+        roles = {
+            **PLUGIN_DEFAULTS[plugin],
+            **{k: v for k, v in values.items() if k in PLUGIN_DEFAULTS[plugin]},
+        }
+        if plugin == "pytorch":
+            if roles["master"] not in names:
+                yield Violation(
+                    f"the pytorch plugin's master task is {roles['master']!r}, which the Job "
+                    f"does not have ({', '.join(names)}): no pod gets MASTER_ADDR, "
+                    "MASTER_PORT, WORLD_SIZE or RANK",
+                    at,
+                )
+                continue
+            others = [n for n in names if n not in (roles["master"], roles["worker"])]
+            if others:
+                yield Violation(
+                    f"the pytorch plugin counts only tasks {roles['master']!r} and "
+                    f"{roles['worker']!r}: task {others[0]!r} gets no RANK and is not in "
+                    "WORLD_SIZE",
+                    at,
+                    severity=WARNING,
+                )
+        elif plugin == "tensorflow":
+            tasks = dicts(spec.get("tasks"))
+            if len(tasks) == 1 and tasks[0].get("replicas", 1) == 1:
+                continue  # a stand-alone job: the plugin writes no TF_CONFIG
+            others = [n for n in names if n not in roles.values()]
+            if others:
+                yield Violation(
+                    f"the tensorflow plugin's roles are tasks {', '.join(roles.values())}: "
+                    f"task {others[0]!r} is left out of TF_CONFIG's cluster while its pods get "
+                    f"task type {others[0]!r}",
+                    at,
+                    severity=WARNING,
+                )

@@ -770,7 +770,16 @@ MORE: dict[str, list[Pair]] = {
         ),
     ],
     "volcano-mpi-plugin": [
-        (_volcano_non_root([]), _volcano_non_root(["--ssh-key-file-path=/home/trainer/.ssh"]))
+        (_volcano_non_root([]), _volcano_non_root(["--ssh-key-file-path=/home/trainer/.ssh"])),
+        # Go's FlagSet takes a flag's value from the next argument as well.
+        (
+            _volcano_tasks("mpimaster", "mpiworker", {"mpi": ["--master", "mpimaster"]}),
+            _volcano_tasks(
+                "mpimaster",
+                "mpiworker",
+                {"mpi": ["--master", "mpimaster", "--worker", "mpiworker"]},
+            ),
+        ),
     ],
     "kueue-namespace-selector": [
         (edit(_add(cluster_queue(None))), edit(_add(cluster_queue({})))),
@@ -817,11 +826,12 @@ MORE: dict[str, list[Pair]] = {
 
 
 def _merge_areas() -> None:
-    for own, merged in ((areas.FIXTURES, FIXTURES), (areas.MORE, MORE)):
-        twice = sorted(own.keys() & merged.keys())
-        if twice:
-            raise AssertionError(f"tests/policies/areas declares again: {', '.join(twice)}")
-        merged.update(own)
+    twice = sorted(areas.FIXTURES.keys() & FIXTURES.keys())
+    if twice:
+        raise AssertionError(f"tests/policies/areas declares again: {', '.join(twice)}")
+    FIXTURES.update(areas.FIXTURES)
+    for rule, pairs in areas.MORE.items():
+        MORE[rule] = [*MORE.get(rule, []), *pairs]
 
 
 _merge_areas()
