@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import yaml
+
 from trainops.model import ERROR, WARNING, Document
 from trainops.policy import Context, Violation, resource_rule
 from trainops.policy.pods import dicts, mapping
@@ -36,6 +38,29 @@ def _app_spec(doc: Document) -> tuple[dict[str, Any], tuple[Any, ...]]:
     if doc.kind == "ApplicationSet":
         return mapping(mapping(spec.get("template")).get("spec")), ("spec", "template", "spec")
     return spec, ("spec",)
+
+
+def chart_sources(doc: Document, chart: str) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """(path of its `helm`, the `helm` mapping) of each source of an Application (or an
+    ApplicationSet's template) that installs `chart`."""
+    spec, base = _app_spec(doc)
+    sources = [(("source",), mapping(spec.get("source")))]
+    sources += [(("sources", i), s) for i, s in enumerate(dicts(spec.get("sources")))]
+    for at, source in sources:
+        if source.get("chart") == chart:
+            yield (*base, *at, "helm"), mapping(source.get("helm"))
+
+
+def helm_values(helm: dict[str, Any]) -> tuple[str, Any]:
+    """The key a source's Helm values are read from and the values: `valuesObject` when it
+    is a mapping, else the `values` text parsed (None where it does not parse)."""
+    values = helm.get("valuesObject")
+    if isinstance(values, dict) or not isinstance(helm.get("values"), str):
+        return "valuesObject", values
+    try:
+        return "values", yaml.safe_load(helm["values"])
+    except yaml.YAMLError:
+        return "values", None
 
 
 def _patched(doc: Document) -> bool:

@@ -43,6 +43,7 @@ from trainops.policy.pods import (
 )
 
 from . import common
+from .argocd_apps import chart_sources, helm_values
 
 SHARED_GPU = "nvidia.com/gpu"
 # Minimum driver branch for each CUDA major release (minor version compatibility).
@@ -1141,29 +1142,13 @@ def _parse_configuration(text: Any) -> dict[str, Any] | None:
 def kueue_chart_configurations(doc: Document) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
     """(path, parsed Configuration) of the kueue chart's managerConfig in an Argo CD
     Application's (or ApplicationSet template's) Helm values."""
-    spec = mapping(doc.obj.get("spec"))
-    base: tuple[Any, ...] = ("spec",)
-    if doc.kind == "ApplicationSet":
-        spec = mapping(mapping(spec.get("template")).get("spec"))
-        base = ("spec", "template", "spec")
-    sources = [(("source",), mapping(spec.get("source")))]
-    sources += [(("sources", i), s) for i, s in enumerate(dicts(spec.get("sources")))]
     out = []
-    for at, source in sources:
-        if source.get("chart") != "kueue":
-            continue
-        helm = mapping(source.get("helm"))
-        values, key = helm.get("valuesObject"), "valuesObject"
-        if not isinstance(values, dict) and isinstance(helm.get("values"), str):
-            key = "values"
-            try:
-                values = yaml.safe_load(helm["values"])
-            except yaml.YAMLError:
-                values = None
+    for at, helm in chart_sources(doc, "kueue"):
+        key, values = helm_values(helm)
         text = mapping(mapping(values).get("managerConfig")).get("controllerManagerConfigYaml")
         config = _parse_configuration(text)
         if config is not None:
-            out.append(((*base, *at, "helm", key), config))
+            out.append(((*at, key), config))
     return out
 
 

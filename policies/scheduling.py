@@ -32,6 +32,7 @@ from trainops.policy import Context, Violation, pod_rule, resource_rule, sets_an
 from trainops.policy.pods import POD_KINDS, PodTemplate, dicts, mapping
 
 from . import common
+from .argocd_apps import chart_sources, helm_values
 from .placement import (
     KUEUE_LABEL,
     QUEUED_KINDS,
@@ -95,24 +96,14 @@ def kueue_frameworks(ctx: Context) -> frozenset[str] | None:
                 found |= frameworks
                 seen = True
     for doc in ctx.of_kind("Application", "ApplicationSet"):
-        spec = mapping(doc.obj.get("spec"))
-        if doc.kind == "ApplicationSet":
-            spec = mapping(mapping(spec.get("template")).get("spec"))
-        for source in [mapping(spec.get("source")), *dicts(spec.get("sources"))]:
-            if source.get("chart") != "kueue":
-                continue
+        for _, helm in chart_sources(doc, "kueue"):
             seen = True
-            found |= _chart_frameworks(mapping(source.get("helm")))
+            found |= _chart_frameworks(helm)
     return frozenset(found) if seen else None
 
 
 def _chart_frameworks(helm: dict[str, Any]) -> frozenset[str]:
-    values = helm.get("valuesObject")
-    if not isinstance(values, dict) and isinstance(helm.get("values"), str):
-        try:
-            values = yaml.safe_load(helm["values"])
-        except yaml.YAMLError:
-            values = None
+    _, values = helm_values(helm)
     text = mapping(mapping(values).get("managerConfig")).get("controllerManagerConfigYaml")
     frameworks = _frameworks_of(text) if isinstance(text, str) else None
     return DEFAULT_FRAMEWORKS if frameworks is None else frameworks

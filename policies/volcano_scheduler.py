@@ -29,6 +29,8 @@ from trainops.model import ERROR, WARNING, Document
 from trainops.policy import Context, Violation, resource_rule
 from trainops.policy.pods import dicts, mapping
 
+from .argocd_apps import chart_sources, helm_values
+
 VOLCANO = "https://github.com/volcano-sh/volcano/blob/v1.15.1/"
 UTIL = VOLCANO + "pkg/scheduler/util.go"
 SCHEDULER = VOLCANO + "pkg/scheduler/scheduler.go"
@@ -134,8 +136,8 @@ GO_YAML_BOOLS = {"y": True, "Y": True, "n": False, "N": False}
 _GO_YAML_FLOAT = re.compile(r"[-+]?(\d[\d_]*)?\.?\d*[eE][-+]?\d+")
 
 
-def _templated(text: str) -> bool:
-    return "{{" in text or "$(" in text
+def _templated(value: Any) -> bool:
+    return isinstance(value, str) and ("{{" in value or "$(" in value)
 
 
 def _mounted_configs(ctx: Context) -> dict[tuple[str, str], set[str]]:
@@ -183,29 +185,14 @@ def _chart_configs(doc: Document) -> Iterator[tuple[str, tuple[Any, ...], str]]:
     """The volcano chart's custom.scheduler_config_override in an Argo CD Application's (or
     ApplicationSet template's) Helm values: templates/scheduler.yaml writes it, as text, as
     the ConfigMap's volcano-scheduler.conf."""
-    spec = mapping(doc.obj.get("spec"))
-    base: tuple[Any, ...] = ("spec",)
-    if doc.kind == "ApplicationSet":
-        spec = mapping(mapping(spec.get("template")).get("spec"))
-        base = ("spec", "template", "spec")
-    sources = [(("source",), mapping(spec.get("source")))]
-    sources += [(("sources", i), s) for i, s in enumerate(dicts(spec.get("sources")))]
-    for at, source in sources:
-        if source.get("chart") != "volcano":
+    for at, helm in chart_sources(doc, "volcano"):
+        # Values an ApplicationSet fills in per cluster say nothing until it has.
+        if not isinstance(helm.get("valuesObject"), dict) and _templated(helm.get("values")):
             continue
-        helm = mapping(source.get("helm"))
-        values, key = helm.get("valuesObject"), "valuesObject"
-        if not isinstance(values, dict) and isinstance(helm.get("values"), str):
-            key = "values"
-            if _templated(helm["values"]):
-                continue
-            try:
-                values = yaml.safe_load(helm["values"])
-            except yaml.YAMLError:
-                continue
+        key, values = helm_values(helm)
         text = mapping(mapping(values).get("custom")).get("scheduler_config_override")
         if isinstance(text, str) and text.strip() and not _templated(text):
-            yield "custom.scheduler_config_override", (*base, *at, "helm", key), text
+            yield "custom.scheduler_config_override", (*at, key), text
 
 
 def scheduler_configs(doc: Document, ctx: Context) -> Iterator[tuple[str, tuple[Any, ...], str]]:
