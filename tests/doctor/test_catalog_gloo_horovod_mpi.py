@@ -194,6 +194,27 @@ LOGS = [
         "nccl-remote-error",
         ERROR,
     ),
+    # Open MPI up to 3.0: a failed connect was one BTL_ERROR line.
+    (
+        "[u10-1][[38971,1],2][btl_tcp_endpoint.c:796:mca_btl_tcp_endpoint_complete_connect] "
+        "connect() to 172.17.0.1 failed: Connection refused (111)",
+        "mpi-peer-unreachable",
+        WARNING,
+    ),
+    # An address several hosts hold (docker0): the process that answered is another one.
+    (
+        "[u10-1][[39817,1],2][btl_tcp_endpoint.c:638:mca_btl_tcp_endpoint_recv_connect_ack] "
+        "received unexpected process identifier [[39817,1],3]",
+        "mpi-peer-unreachable",
+        WARNING,
+    ),
+    (
+        "[[39817,1],2][btl_tcp_endpoint.c:667:mca_btl_tcp_endpoint_recv_connect_ack] from "
+        "node-1 to: node-2 received unexpected process identifier: got [[39817,1],2] "
+        "expected [[39817,1],3]",
+        "mpi-peer-unreachable",
+        WARNING,
+    ),
     (
         "WARNING: An invalid value was given for btl_tcp_if_include.  This",
         "mpi-interface-invalid",

@@ -378,3 +378,50 @@ def test_ddps_unused_parameters_hint_is_read_as_a_working_ddp_not_refused(lines)
     findings = analysis.diagnose([memory_stream("log", lines)], Expectation()).findings
     assert {f.rule for f in findings} == {"outcome-unproven"}
     assert all(f.severity == "warning" for f in findings)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "timed out initializing process group in store based barrier on rank",
+        "`Timed out initializing process group in store based barrier on rank`",
+        "RuntimeError: Timed out initializing process group in store based barrier on",
+    ],
+)
+def test_a_line_cut_inside_a_long_messages_opening_names_the_message(line):
+    found = catalog.lookup(clean(line).text)
+    assert found is not None and found.finding == "store-timeout", found
+
+
+@pytest.mark.parametrize(
+    "line, finding",
+    [
+        # fewer than CUT characters of the opening: too little to name it
+        ("Timed out initializing process group", "store-timeout"),
+        # the opening goes on with other words: another sentence, not a cut message
+        (
+            "Timed out initializing process group in store based barrier on rank zero again",
+            "store-timeout",
+        ),
+        # a short message lower-cased is prose (UCX's "failed to open interface" is not
+        # NCCL's GDRCopy "Failed to open %s")
+        ("#   < failed to open interface >", "nccl-feature-disabled"),
+    ],
+)
+def test_a_short_or_diverging_opening_names_no_message(line, finding):
+    found = catalog.lookup(clean(line).text)
+    assert found is None or found.finding != finding, found.key
+
+
+def test_a_failed_device_side_assertion_names_the_kernels_input_not_the_node():
+    line = (
+        '"../aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [44,0,0], '
+        'thread: [70,0,0] Assertion `index >= -sizes[i] && index < sizes[i] && "index out of '
+        'bounds"` failed." error'
+    )
+    found = catalog.lookup(clean(line).text)
+    assert found is not None and found.finding == "kernel-assert"
+    findings = analysis.diagnose([memory_stream("log", [line])], Expectation()).findings
+    by_rule = {f.rule: f for f in findings}
+    assert by_rule["kernel-assert"].severity == "error"
+    assert "failure-unrecognised" not in by_rule and "gpu-fault" not in by_rule

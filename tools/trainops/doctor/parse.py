@@ -75,12 +75,14 @@ _CUES: dict[str, tuple[str, ...]] = {
     "fewer slots": (CATALOG, STACK),
     "unexpectedly disconnected": (CATALOG,),  # Open MPI's TCP BTL: a peer hung up
     "out-of-band": (CATALOG,),  # Open MPI's OOB interface selection
+    "unexpected process identifier": (CATALOG,),  # Open MPI's TCP BTL: a repeated address
     "Horovod": (CATALOG,),
     "horovod": (CATALOG,),  # Horovod's log lines name their file (horovod/common/...)
     "not successful": (CATALOG,),  # horovodrun: ssh not successful for host
     "DistributedDataParallel": (STACK,),
     "deepspeed": (STACK,),
     "accelerate": (STACK,),
+    "You can't train a model": (CATALOG, STACK),  # Accelerate's refusals in prepare()
     "Xid": (CATALOG,),
     "Error": (CATALOG,),
     "error": (CATALOG,),

@@ -18,6 +18,8 @@ One YAML file per component beside this module:
   connects failed, interfaces not found);
 - `horovod.yaml`: Horovod's stall inspector, its coordinator's mismatch errors, its shutdown
   status and horovodrun's launch failures;
+- `accelerate.yaml`: Hugging Face Accelerate's refusals to prepare a model placed for one
+  process under a multi-process launch;
 - `cuda.yaml`: the CUDA runtime and driver error names and their strings;
 - `xid.yaml`: NVIDIA's Xid table;
 - `errno.yaml`: the C library's error texts that name a cause wherever another component's
@@ -56,6 +58,7 @@ COMPONENTS = (
     "openmpi",
     "gloo",
     "horovod",
+    "accelerate",
     "cuda",
     "xid",
     "errno",
@@ -67,6 +70,7 @@ REPORTED = ("error", "warning", "info")
 MAX_WORDS = 128  # words of a line probed for an anchor
 ANCHOR_WORDS = 32  # a format's anchor is among its first words
 SENTENCE = 40  # a message longer than twice this is matched on its first sentence
+CUT = 40  # characters of a message's opening that name it on a line cut short after them
 MAX_TEXT = 2000  # characters of a line a pattern may scan
 MAX_TRIES = 12  # patterns tried on one line
 
@@ -178,15 +182,44 @@ def compile_format(fmt: str, within: str = "") -> tuple[Pattern, list[tuple[str,
         parts.pop()
     # Whitespace in a format matches any run of whitespace: pastes re-wrap and re-indent.
     pattern = "".join(p for _, p in parts).replace(r"\ ", r"\s+").replace("\\\n", r"\s+")
+    opening = _cut_opening(fmt)
+    if opening:
+        pattern = f"(?:{_either_case_first(pattern)}|{opening[0]})"
     fixed = sum(len(literal.strip()) for literal, _, _ in pieces)
     anchors = []
     for literal, glued_left, glued_right in pieces:
         words = _literal_words(literal, glued_left, glued_right)
         anchors += [tuple(words[i : i + 2]) for i in range(len(words))]
     # Only early pairs: a line is probed on its first MAX_WORDS words, and collection may put
-    # a few words in front of the message.
+    # a few words in front of the message; a line cut inside the opening holds only its pairs.
     anchors = [a for a in anchors[:ANCHOR_WORDS] if sum(map(len, a)) >= 6]
+    if opening:
+        anchors = [a for a in anchors if a in opening[1]] or anchors
     return Pattern(within + pattern), anchors, fixed
+
+
+def _either_case_first(pattern: str) -> str:
+    """A paste that begins with a long message may lower-case its first letter (a title, a
+    sentence quoting it); a short one ("Failed to open %s") would then match prose."""
+    if pattern[:1].isalpha():
+        return f"[{pattern[0].upper()}{pattern[0].lower()}]{pattern[1:]}"
+    return pattern
+
+
+def _cut_opening(fmt: str) -> tuple[str, set[tuple[str, ...]]] | None:
+    """For a message whose fixed opening is at least CUT characters long and is not the
+    whole message: the pattern of a line that ends inside that opening after CUT characters
+    of it (a paste or a title cut short: "timed out initializing process group in store
+    based barrier on rank"), and the word pairs such a line always shows."""
+    first = _CONVERSION.search(fmt)
+    words = fmt[: first.start()].split() if first else []
+    if len(" ".join(words)) < CUT:
+        return None
+    count = next(n for n in range(1, len(words) + 1) if len(" ".join(words[:n])) >= CUT)
+    shown = r"\s+".join(exactly(word) for word in words[:count])
+    rest = "".join(rf"(?:\s+{exactly(word)}" for word in words[count:])
+    pattern = _either_case_first(shown) + rest + ")?" * (len(words) - count) + r"[\s:,.'\"`]*$"
+    return pattern, {tuple(words[i : i + 2]) for i in range(count - 1)}
 
 
 def _entries_of(component: str, rows: list[dict]) -> Iterable[Entry]:
