@@ -446,3 +446,36 @@ def mount_for(container: dict[str, Any], directory: str) -> dict[str, Any] | Non
         if holds and (best is None or len(path) > len(str(best["mountPath"]).rstrip("/"))):
             best = mount
     return best
+
+
+def configmap_file(pod: PodTemplate, ctx: Context, container: dict[str, Any], path: str):
+    """(text, 'name/key') of the ConfigMap file at `path` in the container when the
+    ConfigMap is rendered; text is None when the ConfigMap has no such file."""
+    best = None
+    for mount in container.get("volumeMounts") or []:
+        mount_path = str(mapping(mount).get("mountPath", "")).rstrip("/")
+        longer = best is None or len(mount_path) > len(best[0])
+        if mount_path and path.startswith(mount_path + "/") and longer:
+            best = (mount_path, mapping(mount))
+    if best is None:
+        return None
+    mount_path, mount = best
+    relative = path[len(mount_path) + 1 :]
+    if mount.get("subPath"):
+        return None
+    volume = mapping(pod.volume(str(mount.get("name"))))
+    source = mapping(volume.get("configMap"))
+    if not source.get("name"):
+        return None
+    found = ctx.find("ConfigMap", str(source["name"]), pod.doc.namespace or None)
+    if found is None:
+        return None
+    key: str | None = relative
+    items = source.get("items")
+    if isinstance(items, list):
+        key = next((str(i.get("key")) for i in dicts(items) if i.get("path") == relative), None)
+    where = f"ConfigMap {source['name']}" + (f" key {key}" if key else f" (no item {relative})")
+    if key is not None and key in mapping(found.obj.get("binaryData")):
+        return None  # a binary config (base64 or compressed): not read here
+    text = mapping(found.obj.get("data")).get(key) if key is not None else None
+    return (text if isinstance(text, str) else None), where

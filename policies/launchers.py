@@ -806,7 +806,6 @@ def _parse_config(path: str, text: str) -> Any:
 
 
 def accelerate_configs(pod: PodTemplate, ctx: Context) -> list[AccelerateConfig]:
-    from .frameworks import _configmap_file  # frameworks imports this module
 
     def compute() -> list[AccelerateConfig]:
         found = []
@@ -823,7 +822,7 @@ def accelerate_configs(pod: PodTemplate, ctx: Context) -> list[AccelerateConfig]
                 path = _default_config_path(container)
             if path is None or _templated(path) or not path.startswith("/"):
                 continue
-            file = _configmap_file(pod, ctx, container, path)
+            file = common.configmap_file(pod, ctx, container, path)
             if file is None:
                 continue
             text, where = file
@@ -1113,12 +1112,11 @@ def _horovod_config(
     pod: PodTemplate, ctx: Context, container: dict[str, Any], own: list[str]
 ) -> Iterator[str]:
     """What horovodrun refuses in the --config-file it is given, when a ConfigMap holds it."""
-    from .frameworks import _configmap_file  # frameworks imports this module
 
     path = _horovod_value(own, "--config-file")
     if path is None or _templated(path) or not path.startswith("/"):
         return
-    file = _configmap_file(pod, ctx, container, path)
+    file = common.configmap_file(pod, ctx, container, path)
     if file is None:
         return
     text, where = file

@@ -12,7 +12,7 @@ from trainops.doctor.analysis import Diagnosis
 from trainops.doctor.evidence import RankRecord
 from trainops.doctor.findings import DoctorFinding
 from trainops.model import ERROR, WARNING
-from trainops.output import printable
+from trainops.output.escape import printable
 
 NO_PROBLEMS = "no problems found"
 

@@ -9,7 +9,7 @@ LF everywhere; `:` and `,` in properties too).
 from __future__ import annotations
 
 from trainops.model import ERROR, WARNING, Finding
-from trainops.output import printable
+from trainops.output.escape import printable
 from trainops.report import Report, summary_line
 
 _COMMANDS = {ERROR: "error", WARNING: "warning"}

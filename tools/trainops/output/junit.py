@@ -13,7 +13,7 @@ from collections import defaultdict
 
 from trainops.errors import InputError
 from trainops.model import Finding
-from trainops.output import printable
+from trainops.output.escape import printable
 from trainops.report import SKIPPED, Report
 
 RENDER_CASE = "(render)"

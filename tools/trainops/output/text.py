@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from trainops.model import ERROR, INFO, WARNING
-from trainops.output import printable
+from trainops.output.escape import printable
 from trainops.report import Report, summary_line
 
 _COLOURS = {ERROR: "red", WARNING: "yellow"}

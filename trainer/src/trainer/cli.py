@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from trainer import config as cfg
 from trainer import configfile, plugins
-from trainer.errors import EXIT_CODE_DOCS, ConfigError, ExitCode, TrainerError
+from trainer.errors import EXIT_CODE_DOCS, ConfigError, ExitCode, TrainerError, report_error
 from trainer.ownership import check_directory
 
 # Flags whose default the job templates set through the environment, by dest.
@@ -572,11 +571,6 @@ def read_command_line(
         faults=tuple(args.inject_fault),
         resolved=configfile.resolved(parser, args),
     ), args.print_config
-
-
-def report_error(error: TrainerError) -> None:
-    # Every rank says it: trainer-launch passes the first copy of a line on (workerlogs).
-    print(f"trainer: error: {error}", file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,6 +5,7 @@ The training operator's `ExitCode` restart policy treats 1-127 as permanent and
 of that line: a bad configuration will fail again, a preempted or hung job will not.
 """
 
+import sys
 from enum import IntEnum
 
 
@@ -72,3 +73,9 @@ class TransportError(TrainerError):
 
 class DivergedError(TrainerError):
     code = ExitCode.DIVERGED
+
+
+def report_error(error: TrainerError) -> None:
+    """The one line a rank prints for an error that ends it."""
+    # Every rank says it: trainer-launch passes the first copy of a line on (workerlogs).
+    print(f"trainer: error: {error}", file=sys.stderr, flush=True)

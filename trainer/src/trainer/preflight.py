@@ -22,9 +22,9 @@ import socket
 import sys
 import time
 
-from trainer.cli import env_choice, env_flag, report_error
+from trainer.cli import env_choice, env_flag
 from trainer.config import TRANSPORTS, TransportConfig
-from trainer.errors import ConfigError, ExitCode, TrainerError, TransportError
+from trainer.errors import ConfigError, ExitCode, TrainerError, TransportError, report_error
 
 
 def bus_bandwidth(algorithm_bandwidth: float, world_size: int) -> float:

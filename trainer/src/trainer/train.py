@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from trainer import distributed, parallel, plugins, transport, warmstart
+from trainer import distributed, parallel, plugins, startup, transport
 from trainer.checkpoint import (
     CHECKPOINT_ERRORS,
     Checkpointer,
@@ -39,10 +39,9 @@ from trainer.checkpoint import (
     newest_checkpoint,
     params_sha256,
 )
-from trainer.cli import report_error
 from trainer.config import OptimConfig, TrainConfig
 from trainer.data import SampleOrder, load_dataset
-from trainer.errors import DivergedError, ExitCode, TrainerError
+from trainer.errors import DivergedError, ExitCode, TrainerError, report_error
 from trainer.failures import NCCL_FAULT, PEER_LOST, classify_exception
 from trainer.faults import FaultInjector
 from trainer.guard import NonFiniteGuard, Verdict
@@ -317,7 +316,7 @@ class Trainer:
             resumed_from=self.resumed_from,
             world_size=self.world,
             launcher=self.topo.launcher,
-            warm_start=warmstart.STARTED_WARM,
+            warm_start=startup.STARTED_WARM,
             backend=self.topo.backend,
             device=str(self.device),
             model=config.model.name,

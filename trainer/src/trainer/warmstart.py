@@ -56,9 +56,9 @@ from collections.abc import Iterator, Mapping
 
 import setproctitle
 
+from trainer import startup
+
 ENV = "TRAINER_WARM_START"
-# Set in a warm-started worker (read by the trainer's start record).
-STARTED_WARM = False
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -345,7 +345,6 @@ def _read_pid(fd: int) -> int:
 
 def _become_worker(request: dict, fds: list[int], channel: socket.socket) -> None:
     """In the forked worker: the state `python -u -m trainer ARGV` starts in, then run."""
-    global STARTED_WARM
     code = 1
     try:
         channel.close()
@@ -372,7 +371,7 @@ def _become_worker(request: dict, fds: list[int], channel: socket.socket) -> Non
         setproctitle.setproctitle(" ".join(command))
         if "numpy.random" in sys.modules:  # seeded from entropy at import, as `random` is
             sys.modules["numpy.random"].seed()
-        STARTED_WARM = True
+        startup.STARTED_WARM = True
         code = _run_module()
         threading._shutdown()  # type: ignore[attr-defined]  # as at exit: join threads
         atexit._run_exitfuncs()
