@@ -250,6 +250,28 @@ def _volcano_pod_group(doc: Document) -> bool:
     return doc.kind == "PodGroup" and doc.api_version.startswith("scheduling.volcano.sh/")
 
 
+def trainjob_volcano_queue(doc: Document, ctx: Context) -> tuple[str | None, tuple[Any, ...]]:
+    """The Volcano queue of a TrainJob's PodGroup, and where it says so: the Trainer takes
+    the runtime's template annotation, then the TrainJob's runtime patches' (Trainer v2.3.0
+    TrainingRuntime.newRuntimeInfo; the volcano plugin puts it on the PodGroup)."""
+    found: tuple[str | None, tuple[Any, ...]] = (None, ("spec", "runtimePatches"))
+    runtime = ctx.runtime_for(doc)
+    if runtime is not None:
+        template = mapping(mapping(runtime.obj.get("spec")).get("template"))
+        annotations = mapping(mapping(template.get("metadata")).get("annotations"))
+        value = annotations.get(VOLCANO_QUEUE_ANNOTATION)
+        if value:
+            found = (str(value), ("spec", "runtimeRef"))
+    for index, patch in enumerate(mapping(doc.obj.get("spec")).get("runtimePatches") or []):
+        template = mapping(mapping(mapping(patch).get("trainingRuntimeSpec")).get("template"))
+        annotations = mapping(mapping(template.get("metadata")).get("annotations"))
+        value = annotations.get(VOLCANO_QUEUE_ANNOTATION)
+        if value:
+            where = ("spec", "runtimePatches", index, "trainingRuntimeSpec", "template")
+            found = (str(value), (*where, "metadata", "annotations", VOLCANO_QUEUE_ANNOTATION))
+    return found
+
+
 def names_queue(doc: Document) -> bool:
     """Documents that may name a Kueue or Volcano queue: a Kueue label, a Volcano queue
     annotation, a scheduling policy (runPolicy), a Volcano Job or PodGroup, or a Trainer v2

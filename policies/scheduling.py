@@ -40,6 +40,7 @@ from .placement import (
     kueue_requests,
     names_queue,
     queue_label,
+    trainjob_volcano_queue,
 )
 
 # Kueue's framework name for each kind it can queue.
@@ -308,8 +309,10 @@ def priority_class_exists(doc: Document, ctx: Context) -> Iterator[Violation]:
             yield Violation(f"no PriorityClass {name!r}: the pods are refused", at)
 
 
-def _volcano_queue(doc: Document) -> tuple[str | None, tuple[Any, ...]]:
+def _volcano_queue(doc: Document, ctx: Context) -> tuple[str | None, tuple[Any, ...]]:
     spec = mapping(doc.obj.get("spec"))
+    if doc.kind == "TrainJob":
+        return trainjob_volcano_queue(doc, ctx)
     if doc.api_version.startswith("batch.volcano.sh/"):
         return spec.get("queue"), ("spec", "queue")
     policy = mapping(mapping(spec.get("runPolicy")).get("schedulingPolicy"))
@@ -330,10 +333,10 @@ def _volcano_queue(doc: Document) -> tuple[str | None, tuple[Any, ...]]:
     "('queue resource quota insufficient') and never starts, without failing.",
     fix="Raise the queue's spec.capability, use a bigger queue, or shrink the job.",
     kinds=QUEUED_KINDS,
-    applies=names_queue,
+    applies=lambda doc: doc.kind == "TrainJob" or names_queue(doc),
 )
 def volcano_queue_capability(doc: Document, ctx: Context) -> Iterator[Violation]:
-    name, at = _volcano_queue(doc)
+    name, at = _volcano_queue(doc, ctx)
     if not isinstance(name, str) or not name:
         return
     queue = ctx.find("Queue", name)

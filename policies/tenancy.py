@@ -27,13 +27,14 @@ from trainops.profile.tenancy import (
     from_registry,
 )
 
+from .placement import trainjob_volcano_queue
+
 JOB_KINDS = (*REPLICA_FIELDS, "TrainJob")
 # The cluster's generated admission policy refuses what these rules report (a
 # ValidatingAdmissionPolicy per team, trainops.profile.admission), as the threat model says.
 TENANCY = "docs/security.md#what-a-run-can-and-cannot-do"
 NETWORKS = "k8s.v1.cni.cncf.io/networks"
 DEFAULT_NETWORK = "v1.multus-cni.io/default-network"  # Multus: replaces the cluster network
-VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
 SCHEDULING = ("spec", "runPolicy", "schedulingPolicy")
 SCHEDULER_LABEL = "trainops.dev/scheduler"  # set by base/components/scheduler/*
 JOB_NAME_LABELS = tuple(dict.fromkeys(JOB_LABELS.values()))
@@ -124,21 +125,7 @@ def _job_queue(doc: Document, ctx: Context) -> tuple[str | None, tuple[Any, ...]
     if doc.kind != "TrainJob":
         value = mapping(mapping(spec.get("runPolicy")).get("schedulingPolicy")).get("queue")
         return (str(value) if value else None), (*SCHEDULING, "queue")
-    # The Trainer takes the runtime's template annotation, then the TrainJob's patches'.
-    found: tuple[str | None, tuple[Any, ...]] = (None, ("spec", "runtimePatches"))
-    runtime = ctx.runtime_for(doc)
-    if runtime is not None:
-        template = mapping(mapping(runtime.obj.get("spec")).get("template"))
-        value = mapping(mapping(template.get("metadata")).get("annotations")).get(VOLCANO_QUEUE)
-        if value:
-            found = (str(value), ("spec", "runtimeRef"))
-    for index, patch in enumerate(spec.get("runtimePatches") or []):
-        template = mapping(mapping(mapping(patch).get("trainingRuntimeSpec")).get("template"))
-        value = mapping(mapping(template.get("metadata")).get("annotations")).get(VOLCANO_QUEUE)
-        if value:
-            where = ("spec", "runtimePatches", index, "trainingRuntimeSpec", "template")
-            found = (str(value), (*where, "metadata", "annotations", VOLCANO_QUEUE))
-    return found
+    return trainjob_volcano_queue(doc, ctx)
 
 
 @resource_rule(

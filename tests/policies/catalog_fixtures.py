@@ -326,6 +326,30 @@ def _volcano_queue(gpus: int) -> Callable[[], Docs]:
     return build
 
 
+def _volcano_trainjob(gpus: int, patched: bool = False) -> Callable[[], Docs]:
+    """A 4-node TrainJob of 8 GPUs a node whose runtime (or, patched, the TrainJob) names
+    Volcano queue research, of `gpus` GPUs."""
+
+    def build() -> Docs:
+        docs = copy.deepcopy(baseline_v2())
+        runtime = named(docs, "ClusterTrainingRuntime", "torch-distributed-roce")
+        runtime["spec"]["podGroupPolicy"] = {"volcano": {}}
+        annotations = {"scheduling.volcano.sh/queue-name": "research"}
+        job = named(docs, "TrainJob", "llama-v2")
+        if patched:
+            default = {"scheduling.volcano.sh/queue-name": "default"}
+            runtime["spec"]["template"]["metadata"] = {"annotations": default}
+            template = {"metadata": {"annotations": annotations}}
+            job["spec"]["runtimePatches"] = [
+                {"manager": "trainops", "trainingRuntimeSpec": {"template": template}}
+            ]
+        else:
+            runtime["spec"]["template"]["metadata"] = {"annotations": annotations}
+        return [*docs, volcano_queue(gpus)]
+
+    return build
+
+
 # -- cluster configuration ------------------------------------------------------------------
 
 
@@ -746,6 +770,10 @@ MORE: dict[str, list[Pair]] = {
                 {"svc": []}, policies=[{"event": "PodEvicted", "action": "RestartJob"}], maxRetry=50
             ),
         ),
+    ],
+    "volcano-queue-capability": [
+        (_volcano_trainjob(16), _volcano_trainjob(32)),
+        (_volcano_trainjob(16, patched=True), _volcano_trainjob(32, patched=True)),
     ],
     "volcano-job-policies": [
         (
