@@ -262,7 +262,8 @@ def trainjob_volcano_queue(doc: Document, ctx: Context) -> tuple[str | None, tup
         value = annotations.get(VOLCANO_QUEUE_ANNOTATION)
         if value:
             found = (str(value), ("spec", "runtimeRef"))
-    for index, patch in enumerate(mapping(doc.obj.get("spec")).get("runtimePatches") or []):
+    patches = mapping(doc.obj.get("spec")).get("runtimePatches")
+    for index, patch in enumerate(patches if isinstance(patches, list) else []):
         template = mapping(mapping(mapping(patch).get("trainingRuntimeSpec")).get("template"))
         annotations = mapping(mapping(template.get("metadata")).get("annotations"))
         value = annotations.get(VOLCANO_QUEUE_ANNOTATION)

@@ -433,6 +433,19 @@ def test_wrongly_typed_fields_are_schema_errors_not_rule_crashes(trainops, tmp_p
     assert [f for f in errors if "could not check" in f["message"]] == []
 
 
+def test_a_trainjob_whose_runtime_patches_are_not_a_list_is_a_schema_error(trainops, tmp_path):
+    trainjob = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "x", "namespace": "ml"},
+        "spec": {"runtimeRef": {"name": "torch"}, "runtimePatches": 5, "trainer": {}},
+    }
+    path = write(tmp_path / "trainjob.yaml", yaml.safe_dump(trainjob))
+    result = trainops("validate", "--format", "json", str(path))
+    errors = [f for f in json.loads(result.out)["findings"] if f["severity"] == "error"]
+    assert [f["rule"] for f in errors] == ["schema"]
+
+
 def test_a_rule_that_raises_is_reported_and_the_other_rules_go_on(monkeypatch):
     def broken(pod, ctx):
         raise KeyError("boom")
